@@ -1,0 +1,56 @@
+"""Default kernel catalogs: what `qgemm build --sm N` compiles for a target SM.
+
+The runtime picks among these by shape (qgemm/heuristics.py); a kernel outside
+the catalog can still be built on first use.
+"""
+from __future__ import annotations
+
+from .specs import SUPPORTED_TARGETS, ActQuantSpec, KernelSpec, W8A8GemmSpec
+
+# (tile, warp) pairs: a large tile for large M, a small one for parallelism at
+# small M, and a 32-row tile for decode-sized M.
+_W8A8_SM75_TILES = [
+    ((128, 128, 32), (64, 64, 32)),
+    ((64, 64, 32), (32, 32, 32)),
+    ((32, 128, 32), (32, 64, 32)),
+]
+_W8A8_SM80_TILES = [
+    ((128, 128, 64), (64, 64, 64), 3),
+    ((64, 64, 64), (32, 32, 64), 4),
+    ((32, 128, 64), (32, 32, 64), 4),
+]
+
+
+def _w8a8(target_sm: int) -> list[KernelSpec]:
+    specs: list[KernelSpec] = []
+    for output in W8A8GemmSpec.OUTPUTS:
+        # Sm75 kernels stay in every catalog: they are the ones with a tile K of 32,
+        # so they serve block size 32 on later SMs too.
+        specs += [W8A8GemmSpec(75, tile, warp, 2, output) for tile, warp in _W8A8_SM75_TILES]
+        if target_sm >= 80:
+            specs += [W8A8GemmSpec(80, tile, warp, stages, output) for tile, warp, stages in _W8A8_SM80_TILES]
+    return specs
+
+
+def _act_quant(target_sm: int) -> list[KernelSpec]:
+    return [ActQuantSpec(dtype) for dtype in ActQuantSpec.INPUTS]
+
+
+_FAMILY_CATALOGS = {
+    W8A8GemmSpec.family: _w8a8,
+    ActQuantSpec.family: _act_quant,
+}
+
+
+def families() -> list[str]:
+    return sorted(_FAMILY_CATALOGS)
+
+
+def catalog(target_sm: int, family: str | None = None) -> list[KernelSpec]:
+    """The kernels built by default for `target_sm`, optionally one family's only."""
+    if target_sm not in SUPPORTED_TARGETS:
+        raise ValueError(f"sm must be one of {SUPPORTED_TARGETS}, got {target_sm!r}")
+    if family is not None and family not in _FAMILY_CATALOGS:
+        raise ValueError(f"family must be one of {families()}, got {family!r}")
+    names = [family] if family else families()
+    return [spec for f in names for spec in _FAMILY_CATALOGS[f](target_sm)]

@@ -1,0 +1,156 @@
+"""Kernel specs: one frozen dataclass per kernel family, validated on construction.
+
+A spec is everything that changes the generated C++. Its `name` is stable and
+self-describing (in the spirit of cutlass_library's procedural names), so a name
+identifies a kernel across builds, manifests and profiles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import ClassVar
+
+# Target SMs the build driver compiles for (sm_90 means sm_90a).
+SUPPORTED_TARGETS = (75, 80, 90)
+
+# Element type names used in specs and kernel names -> CUTLASS C++ types.
+CTYPES = {"f32": "float", "f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+
+
+class KernelSpec:
+    """Base of all family specs (each a frozen dataclass)."""
+
+    family: ClassVar[str]
+    template: ClassVar[str]
+    # Lowest CUTLASS ArchTag the kernel uses; a target SM must be at least this.
+    arch: int
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        return {"family": self.family, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def supports_target(self, target_sm: int) -> bool:
+        return target_sm >= self.arch
+
+
+def _shape(value, what: str) -> tuple[int, int, int]:
+    shape = tuple(int(v) for v in value)
+    if len(shape) != 3 or any(v <= 0 for v in shape):
+        raise ValueError(f"{what} must be three positive integers (M, N, K), got {value!r}")
+    return shape
+
+
+@dataclass(frozen=True)
+class W8A8GemmSpec(KernelSpec):
+    """int8 x int8 -> int32 TensorOp GEMM, one K-block per threadblock, dequant epilogue.
+
+    arch 75 uses the Turing 8x8x16 int8 MMA with a two-stage mainloop; arch 80 the
+    Ampere 16x8x32 MMA with a cp.async multistage mainloop (tile K of 64, so block
+    sizes of 64 and up).
+    """
+
+    family: ClassVar[str] = "w8a8_gemm"
+    template: ClassVar[str] = "w8a8_gemm.cu.j2"
+    INSTRUCTIONS: ClassVar[dict] = {75: (8, 8, 16), 80: (16, 8, 32)}
+    TILE_K: ClassVar[dict] = {75: (32, 64), 80: (64,)}
+    OUTPUTS: ClassVar[tuple] = ("f32", "f16")
+
+    arch: int
+    tile: tuple
+    warp: tuple
+    stages: int
+    output: str
+    swizzle: int = 1
+
+    def __post_init__(self):
+        if self.arch not in self.INSTRUCTIONS:
+            raise ValueError(f"arch must be one of {sorted(self.INSTRUCTIONS)} for {self.family}, got {self.arch!r}")
+        object.__setattr__(self, "tile", _shape(self.tile, "tile"))
+        object.__setattr__(self, "warp", _shape(self.warp, "warp"))
+        if self.output not in self.OUTPUTS:
+            raise ValueError(f"output must be one of {self.OUTPUTS}, got {self.output!r}")
+        if self.tile[2] not in self.TILE_K[self.arch]:
+            raise ValueError(f"tile K must be one of {self.TILE_K[self.arch]} on sm{self.arch}, got {self.tile[2]}")
+        if any(t % w for t, w in zip(self.tile, self.warp)) or self.warp[2] != self.tile[2]:
+            raise ValueError(f"warp {self.warp} must divide tile {self.tile} in M and N and equal it in K")
+        if any(w % i for w, i in zip(self.warp, self.instruction)):
+            raise ValueError(f"instruction {self.instruction} must divide warp {self.warp} on sm{self.arch}")
+        warps = (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+        if warps not in (1, 2, 4, 8):
+            raise ValueError(f"tile {self.tile} / warp {self.warp} gives {warps} warps; 1, 2, 4 or 8 are allowed")
+        # CUTLASS's global->shared thread maps give every thread whole 16-byte
+        # accesses of the A and B tiles; a tile too small for the warps fails to compile.
+        loads = 32 * warps * 16
+        if (self.tile[0] * self.tile[2]) % loads or (self.tile[1] * self.tile[2]) % loads:
+            raise ValueError(
+                f"tile {self.tile} with {warps} warps: the A and B tiles ({self.tile[0]}x{self.tile[2]} and "
+                f"{self.tile[1]}x{self.tile[2]} int8) must split into 16-byte loads, one or more per thread"
+            )
+        allowed_stages = (2,) if self.arch == 75 else (3, 4, 5)
+        if self.stages not in allowed_stages:
+            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        if self.swizzle not in (1, 2, 4, 8):
+            raise ValueError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle}")
+
+    @property
+    def instruction(self) -> tuple[int, int, int]:
+        return self.INSTRUCTIONS[self.arch]
+
+    @property
+    def output_ctype(self) -> str:
+        return CTYPES[self.output]
+
+    @property
+    def name(self) -> str:
+        t, w = self.tile, self.warp
+        return (
+            f"qgemm_w8a8_gemm_sm{self.arch}_s8s8_{self.output}"
+            f"_{t[0]}x{t[1]}x{t[2]}_w{w[0]}x{w[1]}x{w[2]}_s{self.stages}_sw{self.swizzle}"
+        )
+
+    def supports_block_size(self, block_size: int) -> bool:
+        return block_size % self.tile[2] == 0
+
+
+@dataclass(frozen=True)
+class ActQuantSpec(KernelSpec):
+    """Per-row, per-K-block asymmetric int8 quantization of activations (plain CUDA)."""
+
+    family: ClassVar[str] = "act_quant"
+    template: ClassVar[str] = "act_quant.cu.j2"
+    INPUTS: ClassVar[tuple] = ("f32", "f16", "bf16")
+
+    input: str
+    arch: int = 75
+
+    def __post_init__(self):
+        if self.input not in self.INPUTS:
+            raise ValueError(f"input must be one of {self.INPUTS}, got {self.input!r}")
+        if self.arch != 75:
+            raise ValueError(f"arch must be 75 for {self.family} (it runs on every later SM), got {self.arch!r}")
+
+    @property
+    def input_ctype(self) -> str:
+        return CTYPES[self.input]
+
+    @property
+    def name(self) -> str:
+        return f"qgemm_act_quant_sm{self.arch}_{self.input}_s8"
+
+
+FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec)}
+
+
+def spec_from_dict(d: dict) -> KernelSpec:
+    d = dict(d)
+    family = d.pop("family", None)
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    return FAMILIES[family](**d)

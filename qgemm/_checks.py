@@ -1,0 +1,60 @@
+"""Argument checks shared by the public entries; each error names the argument,
+what it got and what is accepted, and is raised before anything is launched."""
+from __future__ import annotations
+
+import torch
+
+from ._runtime import target_sm_for
+
+
+def tensor(name: str, value, dtypes: tuple, ndim: int | None = None) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype not in dtypes:
+        accepted = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype {accepted}; got {str(value.dtype).replace('torch.', '')}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(value.shape)}")
+    return value
+
+
+def shape(name: str, value: torch.Tensor, expected: tuple):
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(value.shape)}")
+
+
+def contiguous(name: str, value: torch.Tensor):
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (row-major); got strides {value.stride()} "
+                         f"for shape {tuple(value.shape)}: call .contiguous()")
+
+
+def cuda_device(name: str, value: torch.Tensor, device: torch.device | None = None):
+    if value.device.type != "cuda":
+        raise ValueError(f"{name} must be on a CUDA device, got {value.device}")
+    if device is not None and value.device != device:
+        raise ValueError(f"{name} must be on {device} (where the weights are), got {value.device}")
+
+
+def same_device(name: str, value: torch.Tensor, device: torch.device):
+    if value.device != device:
+        raise ValueError(f"{name} must be on {device}, got {value.device}")
+
+
+def one_of(name: str, value, accepted: tuple):
+    if value not in accepted:
+        raise ValueError(f"{name} must be one of {accepted}, got {value!r}")
+
+
+def multiple(name: str, value: int, of: int, why: str):
+    if value % of:
+        raise ValueError(f"{name} must be a multiple of {of} ({why}), got {value}")
+
+
+def target_sm(device: torch.device, needs: int, what: str) -> int:
+    """The build target for `device`, or ValueError if it is older than sm`needs`."""
+    cap = torch.cuda.get_device_capability(device)
+    target = target_sm_for(cap)
+    if target is None or target < needs:
+        raise ValueError(f"{what} needs sm{needs} or later; device {device} is sm{cap[0]}{cap[1]}")
+    return target

@@ -1,0 +1,101 @@
+"""The CUDA driver calls qgemm makes, through cuda.bindings.driver, each checked."""
+from __future__ import annotations
+
+import threading
+
+from .errors import CudaError, NoGpuError
+
+_lock = threading.Lock()
+_initialized = False
+_cu = None
+
+
+def driver():
+    """cuda.bindings.driver, initialized; NoGpuError on a machine without a GPU driver."""
+    global _initialized, _cu
+    if _initialized:
+        return _cu
+    with _lock:
+        if _initialized:
+            return _cu
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:
+            raise NoGpuError(f"cuda-python is not installed ({e}); pip install cuda-python") from e
+        try:
+            (err,) = cu.cuInit(0)
+        except Exception as e:  # cuda.pathfinder's DynamicLibNotFoundError and kin
+            raise NoGpuError(
+                "no CUDA driver on this machine (libcuda could not be loaded): qgemm can render and "
+                f"build kernels here but not run them [{type(e).__name__}: {e}]"
+            ) from e
+        if err == cu.CUresult.CUDA_ERROR_NO_DEVICE:
+            raise NoGpuError("the CUDA driver found no GPU on this machine")
+        _check(cu, err, "cuInit")
+        _cu = cu
+        _initialized = True
+        return cu
+
+
+def _check(cu, err, what: str):
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        _, text = cu.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else name
+        text = text.decode() if isinstance(text, bytes) else text
+        raise CudaError(f"{what} failed: {name} ({text})")
+
+
+def check(result, what: str):
+    """Unpack a cuda.bindings (err, *values) result, raising CudaError on failure."""
+    cu = driver()
+    err, *values = result
+    _check(cu, err, what)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def load_library(image: bytes):
+    """Load a fatbin into every context (cuLibraryLoadData)."""
+    cu = driver()
+    return check(cu.cuLibraryLoadData(image, None, None, 0, None, None, 0), "cuLibraryLoadData")
+
+
+def get_kernel(library, name: str):
+    cu = driver()
+    return check(cu.cuLibraryGetKernel(library, name.encode()), f"cuLibraryGetKernel({name})")
+
+
+def set_max_dynamic_smem(kernel, nbytes: int, device: int):
+    cu = driver()
+    attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    check(cu.cuKernelSetAttribute(attr, int(nbytes), kernel, cu.CUdevice(device)),
+          f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
+
+
+def device_max_smem_optin(device: int) -> int:
+    cu = driver()
+    attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return int(check(cu.cuDeviceGetAttribute(attr, cu.CUdevice(device)), "cuDeviceGetAttribute"))
+
+
+class Launcher:
+    """A reusable CUlaunchConfig for one kernel; `launch` is the per-call hot path."""
+
+    def __init__(self, kernel, block: tuple[int, int, int]):
+        cu = driver()
+        self._cu = cu
+        self._kernel = kernel
+        self._config = cu.CUlaunchConfig()
+        self._config.blockDimX, self._config.blockDimY, self._config.blockDimZ = block
+        self._config.numAttrs = 0
+
+    def launch(self, grid, smem_bytes: int, stream: int, params_ptr_array: int):
+        config = self._config
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.sharedMemBytes = smem_bytes
+        config.hStream = stream
+        (err,) = self._cu.cuLaunchKernelEx(config, self._kernel, params_ptr_array, 0)
+        if err != self._cu.CUresult.CUDA_SUCCESS:
+            _check(self._cu, err, "cuLaunchKernelEx")

@@ -1,0 +1,141 @@
+"""Kernels at run time: find or build the artifact, load it, plan and launch calls.
+
+Loading is per process and per device, cached in memory; building happens at most
+once per kernel (first use), into the on-disk cache shared with `qgemm build`.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import torch
+
+from cutlass_gen.build import build, find_artifact
+from cutlass_gen.specs import KernelSpec
+from cutlass_gen.toolchain import ToolchainError
+
+from . import _driver
+from ._abi import PARAMS_CAPACITY, HostLibrary, QgemmLaunch, QgemmProblem
+from .errors import KernelUnavailableError
+
+_lock = threading.Lock()
+_kernels: dict[tuple[KernelSpec, int], "Kernel"] = {}
+
+
+def target_sm_for(capability: tuple[int, int]) -> int | None:
+    """Which build target serves a GPU of this compute capability (None: unsupported).
+
+    sm_90a machine code runs only on sm_90 itself; other sm_8x/sm_9x/sm_1xx GPUs run
+    the sm_80 build (binary-compatible on sm_8x, through its embedded PTX beyond)."""
+    major, minor = capability
+    if (major, minor) == (9, 0):
+        return 90
+    if major >= 8:
+        return 80
+    if (major, minor) >= (7, 5):
+        return 75
+    return None
+
+
+class Kernel:
+    """One built kernel: its host library, and its device code loaded per device."""
+
+    def __init__(self, spec: KernelSpec, target_sm: int, so_path: str, fatbin: bytes):
+        self.spec = spec
+        self.target_sm = target_sm
+        self.host = HostLibrary(so_path)
+        self._fatbin = fatbin
+        self._per_device: dict[int, tuple[object, _driver.Launcher, list]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def plan(self, problem: QgemmProblem) -> QgemmLaunch:
+        status, launch = self.host.plan(problem)
+        if status != 0:
+            raise ValueError(f"kernel {self.name} cannot run this problem: {self.host.status_string(status)}")
+        return launch
+
+    def _device_state(self, device: int):
+        state = self._per_device.get(device)
+        if state is None:
+            with _lock:
+                state = self._per_device.get(device)
+                if state is None:
+                    library = _driver.load_library(self._fatbin)
+                    handle = _driver.get_kernel(library, self.host.entry_name)
+                    state = (handle, library, [0])  # [0]: dynamic smem limit set so far
+                    self._per_device[device] = state
+        return state
+
+    def launch(self, problem: QgemmProblem, launch: QgemmLaunch, device: int, stream: int,
+               workspace: int, call: "CallBuffers"):
+        """Build Params in `call`'s buffer and launch on `stream`."""
+        handle, _, smem_set = self._device_state(device)
+        if launch.smem_bytes > smem_set[0]:
+            if launch.smem_bytes > 48 * 1024:
+                limit = _driver.device_max_smem_optin(device)
+                if launch.smem_bytes > limit:
+                    raise ValueError(f"kernel {self.name} needs {launch.smem_bytes} bytes of shared memory, "
+                                     f"device {device} allows {limit}")
+                _driver.set_max_dynamic_smem(handle, launch.smem_bytes, device)
+            smem_set[0] = launch.smem_bytes
+        status = self.host.make_params_fn(ctypes.byref(problem), workspace, call.params_address, PARAMS_CAPACITY)
+        if status != 0:
+            raise ValueError(f"kernel {self.name}: building Params failed: {self.host.status_string(status)}")
+        call.launcher_for(self, handle, launch).launch(
+            (launch.grid[0], launch.grid[1], launch.grid[2]), launch.smem_bytes, stream, call.params_ptr_array)
+
+
+class CallBuffers:
+    """Per-plan scratch for launches: the Params bytes and the pointer array to them."""
+
+    def __init__(self):
+        self.params = ctypes.create_string_buffer(PARAMS_CAPACITY)
+        self.params_address = ctypes.addressof(self.params)
+        self._ptrs = (ctypes.c_void_p * 1)(self.params_address)
+        self.params_ptr_array = ctypes.addressof(self._ptrs)
+        self._launchers: dict[tuple[str, int], _driver.Launcher] = {}
+
+    def launcher_for(self, kernel: Kernel, handle, launch: QgemmLaunch) -> _driver.Launcher:
+        key = (kernel.name, id(handle))
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]))
+            self._launchers[key] = launcher
+        return launcher
+
+
+def get_kernel(spec: KernelSpec, target_sm: int) -> Kernel:
+    """The loaded kernel for a spec and target: prebuilt if the cache has it, else built now."""
+    key = (spec, target_sm)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is not None:
+            return kernel
+        artifact = find_artifact(spec, target_sm)
+        if artifact is None:
+            try:
+                print(f"qgemm: building {spec.name} for sm{target_sm} (first use; cached afterwards)",
+                      file=sys.stderr, flush=True)
+                artifact = build(spec, target_sm)
+            except ToolchainError as e:
+                raise KernelUnavailableError(
+                    f"kernel {spec.name} is not built for sm{target_sm} and cannot be built here ({e}); "
+                    f"run `qgemm build --sm {target_sm}` where nvcc is available"
+                ) from e
+        kernel = Kernel(spec, target_sm, str(artifact.so_path), artifact.fatbin_path.read_bytes())
+        _kernels[key] = kernel
+        return kernel
+
+
+def zeroed_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None:
+    """Workspace from torch's caching allocator, zeroed on the current stream."""
+    if nbytes == 0:
+        return None
+    return torch.zeros(int(nbytes), dtype=torch.uint8, device=device)

@@ -1,0 +1,47 @@
+// Defines the ABI of abi.h for one kernel, from a family's adapter.
+//
+// An adapter is a struct with:
+//   using Params = ...;                         // the entry's single argument
+//   static int const kThreadCount;              // threads per block
+//   static int plan(QgemmProblem const&, QgemmLaunch&);
+//   static int make_params(QgemmProblem const&, void* workspace, Params&);
+//   static __device__ void run(Params const&, char* smem);
+// Each generated translation unit defines exactly one kernel, so the exported
+// host symbols need no per-kernel prefix; the device entry carries the kernel's
+// name so profilers show it.
+#pragma once
+
+#include <new>
+#include <type_traits>
+
+#include "cutlass/cutlass.h"
+#include "qgemm/abi.h"
+
+#define QGEMM_EXPORT_KERNEL(ENTRY, ADAPTER, SPEC_JSON)                                                   \
+  extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount) ENTRY(ADAPTER::Params params) {  \
+    extern __shared__ __align__(16) char qgemm_smem[];                                                 \
+    ADAPTER::run(params, qgemm_smem);                                                                  \
+  }                                                                                                    \
+  static_assert(std::is_trivially_copyable<ADAPTER::Params>::value,                                    \
+                "Params travel to the device as bytes");                                               \
+  extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }                                     \
+  extern "C" const char* qgemm_entry_name() { return #ENTRY; }                                         \
+  extern "C" const char* qgemm_spec_json() { return SPEC_JSON; }                                       \
+  extern "C" int qgemm_plan(QgemmProblem const* problem, QgemmLaunch* launch) {                        \
+    *launch = QgemmLaunch{};                                                                           \
+    launch->block[0] = ADAPTER::kThreadCount;                                                          \
+    launch->block[1] = launch->block[2] = 1;                                                           \
+    launch->params_bytes = sizeof(ADAPTER::Params);                                                    \
+    return ADAPTER::plan(*problem, *launch);                                                           \
+  }                                                                                                    \
+  extern "C" int qgemm_make_params(QgemmProblem const* problem, void* workspace, void* params,        \
+                                   uint64_t capacity) {                                                \
+    if (capacity < sizeof(ADAPTER::Params)) return QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL;               \
+    ADAPTER::Params* p = new (params) ADAPTER::Params();                                               \
+    return ADAPTER::make_params(*problem, workspace, *p);                                              \
+  }                                                                                                    \
+  extern "C" const char* qgemm_status_string(int status) {                                             \
+    if (status == QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL) return "params buffer too small";             \
+    if (status == QGEMM_STATUS_BAD_PROBLEM) return "problem not supported by this kernel";            \
+    return cutlassGetStatusString(static_cast<cutlass::Status>(status));                               \
+  }

@@ -1,0 +1,34 @@
+"""Shared test helpers.
+
+Nothing here is autouse: GPU tests (pytest.mark.gpu) decide for themselves when to skip.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+
+def nvcc_available() -> bool:
+    """True where cutlass_gen.toolchain.find_nvcc has something to look at."""
+    return bool(shutil.which("nvcc") or os.environ.get("QGEMM_NVCC") or os.environ.get("CUDA_HOME"))
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()
+
+
+# Skip tests that compile kernels on machines without nvcc.
+requires_nvcc = pytest.mark.skipif(
+    not nvcc_available(), reason="needs nvcc (on PATH, or QGEMM_NVCC / CUDA_HOME set)"
+)
+
+
+@pytest.fixture
+def tmp_cache(tmp_path, monkeypatch):
+    """A private kernel cache (QGEMM_CACHE_DIR) so tests never write to ~/.cache/qgemm."""
+    root = tmp_path / "qgemm-cache"
+    monkeypatch.setenv("QGEMM_CACHE_DIR", str(root))
+    return root

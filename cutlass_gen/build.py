@@ -51,7 +51,8 @@ class BuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("QGEMM_CACHE_DIR", Path.home() / ".cache" / "qgemm")).expanduser()
+    # An empty variable counts as unset: Path("") would be the working directory.
+    return Path(os.environ.get("QGEMM_CACHE_DIR") or Path.home() / ".cache" / "qgemm").expanduser()
 
 
 def _hash_tree(root: Path) -> str:
@@ -125,6 +126,8 @@ def find_artifact(spec: KernelSpec, target_sm: int, root: Path | None = None) ->
     if not kernel_dir.is_dir():
         return None
     for candidate in sorted(kernel_dir.iterdir()):
+        if candidate.name.startswith("."):
+            continue  # a build still in progress
         art = _read_artifact(candidate)
         if art is None:
             continue

@@ -9,7 +9,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def templates_dir() -> Path:
     """The Jinja2 templates; QGEMM_TEMPLATES overrides (for installs outside the repo)."""
-    return Path(os.environ.get("QGEMM_TEMPLATES", REPO_ROOT / "templates"))
+    return Path(os.environ.get("QGEMM_TEMPLATES") or REPO_ROOT / "templates")
 
 
 def extensions_include_dir() -> Path:

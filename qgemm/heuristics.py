@@ -7,6 +7,8 @@ padding in M); large M wants the big tile (fewer re-reads of A and B).
 """
 from __future__ import annotations
 
+import functools
+
 from cutlass_gen.catalog import catalog
 from cutlass_gen.specs import W8A8GemmSpec
 
@@ -21,6 +23,7 @@ def w8a8_tile_for(m: int, n: int, sm_count: int) -> tuple[int, int]:
     return (64, 64)
 
 
+@functools.lru_cache(maxsize=4096)
 def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_count: int) -> W8A8GemmSpec:
     """The catalog's W8A8 kernel for this shape: the newest arch whose tile K divides
     block_size (Sm80's K=64 tiles can't serve block size 32), then the tile by shape."""

@@ -12,7 +12,7 @@ launch per block (`per_block`).
 """
 from __future__ import annotations
 
-import ctypes
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -133,6 +133,7 @@ class _ActQuantLauncher:
     def __init__(self):
         self._call = CallBuffers()
         self._problem = QgemmProblem()
+        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     def __call__(self, x: torch.Tensor, block_size: int) -> QuantizedActivations:
         m, k = x.shape
@@ -142,15 +143,16 @@ class _ActQuantLauncher:
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
         vecs = torch.empty((3, blocks, m), dtype=torch.float32, device=device)
-        p = self._problem
-        p.m, p.n, p.k = m, 0, k
-        p.ext[0] = block_size
-        p.ptr[0], p.ptr[1] = x.data_ptr(), q.data_ptr()
-        p.ptr[2], p.ptr[3], p.ptr[4] = vecs[0].data_ptr(), vecs[1].data_ptr(), vecs[2].data_ptr()
-        p.ld[0], p.ld[1] = k, k
-        launch = kernel.plan(p)
         stream = torch.cuda.current_stream(device).cuda_stream
-        kernel.launch(p, launch, device.index, stream, 0, self._call)
+        with self._lock:
+            p = self._problem
+            p.m, p.n, p.k = m, 0, k
+            p.ext[0] = block_size
+            p.ptr[0], p.ptr[1] = x.data_ptr(), q.data_ptr()
+            p.ptr[2], p.ptr[3], p.ptr[4] = vecs[0].data_ptr(), vecs[1].data_ptr(), vecs[2].data_ptr()
+            p.ld[0], p.ld[1] = k, k
+            launch = kernel.plan(p)
+            kernel.launch(p, launch, device.index, stream, 0, self._call)
         return QuantizedActivations(q, vecs[0], vecs[1], vecs[2], block_size)
 
 
@@ -174,7 +176,9 @@ def quantize_activations(x: torch.Tensor, block_size: int) -> QuantizedActivatio
 class W8A8GemmPlan:
     """A callable W8A8 linear layer: plan(x) quantizes x and returns clamp(x W^T + bias).
 
-    Arguments are checked here and at each call before anything is launched.
+    Arguments are checked here and at each call before anything is launched. A plan
+    owns the per-tile locks that order the K-block folds (every call leaves them at
+    zero for the next), so one plan's calls must not run concurrently on two streams.
     """
 
     def __init__(self, weight: W8A8Weight, *, bias: torch.Tensor | None = None, activation: str = "none",
@@ -214,9 +218,10 @@ class W8A8GemmPlan:
         self.clamp = reference.clamp_bounds(activation)
         self._output = OUTPUT_DTYPES[out_dtype]
         self._sm_count = _sm_count(device)
-        self._specs: dict[int, object] = {}
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
+        self._locks: torch.Tensor | None = None
+        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls."""
@@ -234,11 +239,8 @@ class W8A8GemmPlan:
         return p
 
     def kernel_spec(self, m: int):
-        spec = self._specs.get(m)
-        if spec is None:
-            spec = self._specs[m] = heuristics.w8a8_spec(
-                m, self.weight.n, self.weight.block_size, self._output, self.target_sm, self._sm_count)
-        return spec
+        return heuristics.w8a8_spec(m, self.weight.n, self.weight.block_size, self._output, self.target_sm,
+                                    self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
@@ -278,27 +280,29 @@ class W8A8GemmPlan:
             (m, w.n), dtype=torch.float32, device=self.device)
 
         kernel = get_kernel(self.kernel_spec(m), self.target_sm)
-        p = self._problem
-        p.m = m
-        p.ptr[0] = xq.q.data_ptr()
-        p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
-        p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
-        p.ld[0] = w.k
         stream = torch.cuda.current_stream(self.device).cuda_stream
         blocks = w.k // w.block_size
-        if self.launch_mode == "chained":
-            self._launch(kernel, p, 0, blocks, stream)
-        else:
-            for block in range(blocks):
-                self._launch(kernel, p, block, 1, stream)
+        with self._lock:
+            p = self._problem
+            p.m = m
+            p.ptr[0] = xq.q.data_ptr()
+            p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
+            p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
+            p.ld[0] = w.k
+            if self.launch_mode == "chained":
+                self._launch(kernel, p, 0, blocks, stream)
+            else:
+                for block in range(blocks):
+                    self._launch(kernel, p, block, 1, stream)
         return out
 
     def _launch(self, kernel, p: QgemmProblem, block_begin: int, slices: int, stream: int):
         p.ext[1], p.ext[2] = block_begin, slices
         launch = kernel.plan(p)
-        workspace = zeroed_workspace(launch.workspace_bytes, self.device)
+        if launch.workspace_bytes and (self._locks is None or self._locks.numel() < launch.workspace_bytes):
+            self._locks = zeroed_workspace(launch.workspace_bytes, self.device)
         kernel.launch(p, launch, self.device.index, stream,
-                      workspace.data_ptr() if workspace is not None else 0, self._call)
+                      self._locks.data_ptr() if launch.workspace_bytes else 0, self._call)
 
 
 def w8a8_linear(x: torch.Tensor, weight: W8A8Weight, bias: torch.Tensor | None = None, activation: str = "none",

@@ -93,6 +93,20 @@ def test_find_nvcc_reports_what_it_tried(tmp_path, monkeypatch):
         find_nvcc()
 
 
+def test_cache_root_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("QGEMM_CACHE_DIR", str(tmp_path / "c"))
+    assert build_mod.cache_root() == tmp_path / "c"
+    monkeypatch.delenv("QGEMM_CACHE_DIR")
+    assert build_mod.cache_root() == Path.home() / ".cache" / "qgemm"
+
+
+def test_empty_cache_dir_variable_never_means_working_directory(monkeypatch):
+    """The cache is documented as never the working directory; `QGEMM_CACHE_DIR= qgemm build` must not
+    put artifacts in the current folder."""
+    monkeypatch.setenv("QGEMM_CACHE_DIR", "")
+    assert build_mod.cache_root() == Path.home() / ".cache" / "qgemm"
+
+
 def test_build_rejects_target_older_than_spec(tmp_cache):
     with pytest.raises(ValueError, match="needs sm80 or later, got target sm75"):
         build(W8A8GemmSpec(80, (64, 64, 64), (32, 32, 64), 4, "f16"), 75)
@@ -363,3 +377,42 @@ def test_w8a8_gemm_make_params_needs_workspace_for_slices(gemm_artifact):
     p1 = gemm_problem(3, 256, 256, 64, slices=1)
     assert host.make_params_fn(ctypes.byref(p1), None, ctypes.addressof(buf), PARAMS_CAPACITY) == 0
     assert host.make_params_fn(ctypes.byref(p1), None, ctypes.addressof(buf), 8) == 100  # buffer too small
+
+
+# --- the Python mirror of abi.h ---------------------------------------------------------------------
+
+def test_abi_version_matches_header():
+    from qgemm._abi import ABI_VERSION
+
+    header = (build_mod.extensions_include_dir() / "qgemm" / "abi.h").read_text()
+    assert f"#define QGEMM_ABI_VERSION {ABI_VERSION}\n" in header
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_abi_struct_layout_matches_header(tmp_path):
+    """qgemm/_abi.py's ctypes structs must have abi.h's field offsets and sizes (a silent mismatch would
+    hand kernels garbage problems)."""
+    import ctypes
+    import subprocess
+
+    from qgemm._abi import QgemmLaunch
+
+    lines = []
+    for struct in (QgemmProblem, QgemmLaunch):
+        c = struct.__name__
+        lines.append(f'  std::printf("{c} sizeof %zu\\n", sizeof({c}));')
+        for field, _ in struct._fields_:
+            lines.append(f'  std::printf("{c} {field} %zu\\n", offsetof({c}, {field}));')
+    src = tmp_path / "layout.cpp"
+    src.write_text('#include <cstddef>\n#include <cstdio>\n#include "qgemm/abi.h"\nint main() {\n'
+                   + "\n".join(lines) + "\n}\n")
+    exe = tmp_path / "layout"
+    subprocess.run(["c++", "-std=c++17", f"-I{build_mod.extensions_include_dir()}", str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    reported = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()
+
+    expected = []
+    for struct in (QgemmProblem, QgemmLaunch):
+        expected.append(f"{struct.__name__} sizeof {ctypes.sizeof(struct)}")
+        expected += [f"{struct.__name__} {f} {getattr(struct, f).offset}" for f, _ in struct._fields_]
+    assert reported == expected

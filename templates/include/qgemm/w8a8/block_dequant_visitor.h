@@ -11,14 +11,20 @@
 // (s_A, o_A, sumA) are stored [blocks, M] and the per-column ones [blocks, N]
 // so a block's vectors are contiguous.
 //
-// The first block adds the bias, every later block reads the partial sum back,
-// and the last block applies the clamp and writes the output in its own type
-// (FP32 in place, or FP16 into a separate tensor).
+// The blocks of one output tile fold in order (gemm_block_dequant.h chains them),
+// so the time of a chain link is what it costs the whole tile. Everything that does
+// not depend on the previous block - the dequantized contribution of this block,
+// with its scale and offset loads - is computed during the epilogue pass, before
+// this block's turn; end_epilogue then waits for the turn, reads the partial sum of
+// the previous blocks with all loads in flight at once, adds, and stores. The first
+// block adds the bias instead of reading, and the last applies the clamp and writes
+// the output in its own type (FP32 in place, or FP16 into a separate tensor).
 #pragma once
 
 #include "cutlass/cutlass.h"
 #include "cutlass/array.h"
 #include "cutlass/numeric_conversion.h"
+#include "cutlass/semaphore.h"
 #include "cutlass/epilogue/threadblock/predicated_tile_iterator.h"
 
 namespace qgemm {
@@ -80,14 +86,16 @@ class BlockDequantVisitor {
   struct SharedStorage {};
 
  private:
+  using Fragment = typename PartialTileIterator::Fragment;
+
   Params const& params_;
   cutlass::MatrixCoord extent_;
-  PartialTileIterator iterator_source_;
-  PartialTileIterator iterator_partial_;
+  PartialTileIterator iterator_partial_;  // at the first step, for the final loads and stores
+  PartialTileIterator iterator_coords_;   // advanced step by step: names each fragment's position
   OutputTileIterator iterator_output_;
-  typename PartialTileIterator::Fragment fragment_source_;
-  typename PartialTileIterator::Fragment fragment_partial_;
-  typename OutputTileIterator::Fragment fragment_output_;
+  // This block's dequantized contribution for the whole tile, one fragment per step.
+  Fragment contribution_[kIterations];
+  int step_;
 
   // Set by set_k_partition: which K-block this threadblock owns.
   float const* a_scale_;
@@ -99,15 +107,22 @@ class BlockDequantVisitor {
   bool first_block_;
   bool last_block_;
 
+  // Set by set_turn: the tile's lock and this block's position in its chain.
+  int* lock_;
+  int turn_;
+
  public:
   CUTLASS_DEVICE
   BlockDequantVisitor(Params const& params, SharedStorage&, cutlass::MatrixCoord const& problem_size,
                       int thread_idx, cutlass::MatrixCoord const& threadblock_offset)
       : params_(params),
         extent_(problem_size),
-        iterator_source_(params.partial_params, params.args.partial, problem_size, thread_idx, threadblock_offset),
         iterator_partial_(params.partial_params, params.args.partial, problem_size, thread_idx, threadblock_offset),
-        iterator_output_(params.output_params, params.args.output, problem_size, thread_idx, threadblock_offset) {
+        iterator_coords_(iterator_partial_),
+        iterator_output_(params.output_params, params.args.output, problem_size, thread_idx, threadblock_offset),
+        step_(0),
+        lock_(nullptr),
+        turn_(0) {
     set_k_partition(0, 1);
   }
 
@@ -127,22 +142,21 @@ class BlockDequantVisitor {
     last_block_ = (block + 1 == params_.args.block_count);
   }
 
-  CUTLASS_DEVICE void set_batch_index(int) {}
-  CUTLASS_DEVICE void begin_epilogue() {}
-
+  /// Fold only once `lock` reads `turn` (null: this launch has one block per tile).
   CUTLASS_DEVICE
-  void begin_step(int) {
-    if (!first_block_) {
-      iterator_source_.load(fragment_source_);
-    }
-    ++iterator_source_;
+  void set_turn(int* lock, int turn) {
+    lock_ = lock;
+    turn_ = turn;
   }
 
+  CUTLASS_DEVICE void set_batch_index(int) {}
+  CUTLASS_DEVICE void begin_epilogue() {}
+  CUTLASS_DEVICE void begin_step(int step_idx) { step_ = step_idx; }
   CUTLASS_DEVICE void begin_row(int) {}
 
   CUTLASS_DEVICE
   void visit(int, int, int, int frag_idx, AccumulatorFragment const& accum) {
-    cutlass::MatrixCoord coord = iterator_partial_.thread_start() + ThreadMap::iteration_offset(frag_idx);
+    cutlass::MatrixCoord coord = iterator_coords_.thread_start() + ThreadMap::iteration_offset(frag_idx);
     int row = coord.row();
     bool row_ok = row < extent_.row();
 
@@ -153,8 +167,6 @@ class BlockDequantVisitor {
     float bs = float(params_.args.block_size);
 
     ComputeFragment value;
-    ComputeFragment const& source = reinterpret_cast<ComputeFragment const*>(&fragment_source_)[frag_idx];
-
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kElementsPerAccess; ++i) {
       int col = coord.column() + i;
@@ -164,40 +176,57 @@ class BlockDequantVisitor {
         float ob = __ldg(b_offset_ + col);
         float sb_sumb = sb * __ldg(b_sum_ + col);
         v = sa * sb * float(accum[i]) + sa_suma * ob + oa * (sb_sumb + bs * ob);
-        if (first_block_) {
-          if (params_.args.bias) v += __ldg(params_.args.bias + col);
-        } else {
-          v += source[i];
-        }
-      }
-      if (last_block_) {
-        v = fminf(fmaxf(v, params_.args.clamp_min), params_.args.clamp_max);
+        if (first_block_ && params_.args.bias) v += __ldg(params_.args.bias + col);
       }
       value[i] = v;
     }
-
-    if (last_block_) {
-      cutlass::NumericArrayConverter<ElementOutput, float, kElementsPerAccess> convert;
-      reinterpret_cast<OutputVector*>(&fragment_output_)[frag_idx] = convert(value);
-    } else {
-      reinterpret_cast<ComputeFragment*>(&fragment_partial_)[frag_idx] = value;
-    }
+    reinterpret_cast<ComputeFragment*>(&contribution_[step_])[frag_idx] = value;
   }
 
   CUTLASS_DEVICE void end_row(int) {}
+  CUTLASS_DEVICE void end_step(int) { ++iterator_coords_; }
 
   CUTLASS_DEVICE
-  void end_step(int) {
-    if (last_block_) {
-      iterator_output_.store(fragment_output_);
-    } else {
-      iterator_partial_.store(fragment_partial_);
+  void end_epilogue() {
+    if (lock_) {
+      cutlass::Semaphore semaphore(lock_, threadIdx.x);
+      semaphore.fetch();
+      semaphore.wait(turn_);
     }
-    ++iterator_output_;
-    ++iterator_partial_;
+    if (!first_block_) {
+      PartialTileIterator source = iterator_partial_;
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kIterations; ++s) {
+        Fragment previous;
+        source.load(previous);
+        ++source;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < Fragment::kElements; ++i) contribution_[s][i] += previous[i];
+      }
+    }
+    if (last_block_) {
+      OutputTileIterator output = iterator_output_;
+      cutlass::NumericArrayConverter<ElementOutput, float, Fragment::kElements> convert;
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kIterations; ++s) {
+        Fragment clamped;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < Fragment::kElements; ++i) {
+          clamped[i] = fminf(fmaxf(contribution_[s][i], params_.args.clamp_min), params_.args.clamp_max);
+        }
+        output.store(convert(clamped));
+        ++output;
+      }
+    } else {
+      PartialTileIterator destination = iterator_partial_;
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kIterations; ++s) {
+        destination.store(contribution_[s]);
+        ++destination;
+      }
+    }
   }
 
-  CUTLASS_DEVICE void end_epilogue() {}
 };
 
 }  // namespace w8a8

@@ -144,22 +144,18 @@ struct GemmBlockDequant {
     int k_iterations = params.block_size / Mma::Shape::kK;
     mma(k_iterations, accumulators, iterator_A, iterator_B, accumulators);
 
-    // Order the folds of this tile's blocks: wait for our turn.
+    // Order the folds of this tile's blocks: the visitor computes this block's
+    // contribution first and waits for the tile's lock to read tile.k() only
+    // before reading the partial sum of the previous blocks.
     int slices = params.grid_tiled_shape.k();
     int tile_index = tile.m() + tile.n() * params.grid_tiled_shape.m();
-    cutlass::Semaphore semaphore(params.semaphore + tile_index, thread_idx);
-    if (slices > 1) {
-      semaphore.fetch();
-    }
+    int* lock = params.semaphore + tile_index;
 
     cutlass::MatrixCoord threadblock_offset(tile.m() * Mma::Shape::kM, tile.n() * Mma::Shape::kN);
     Visitor visitor(params.visitor, shared_storage.epilogue.visitor, params.problem_size.mn(), thread_idx,
                     threadblock_offset);
     visitor.set_k_partition(tile.k(), slices);
-
-    if (slices > 1) {
-      semaphore.wait(tile.k());
-    }
+    visitor.set_turn(slices > 1 ? lock : nullptr, tile.k());
 
     Epilogue epilogue(shared_storage.epilogue.epilogue, thread_idx, warp_idx, lane_idx);
     epilogue(visitor, accumulators);
@@ -167,6 +163,7 @@ struct GemmBlockDequant {
     if (slices > 1) {
       // Make this block's partial sum visible before passing the lock on.
       __threadfence();
+      cutlass::Semaphore semaphore(lock, thread_idx);
       semaphore.release(tile.k() + 1 == slices ? 0 : tile.k() + 1);
     }
   }

@@ -134,6 +134,14 @@ def get_kernel(spec: KernelSpec, target_sm: int) -> Kernel:
         return kernel
 
 
+def current_stream(device_index: int) -> int:
+    """torch's current stream on a device, as a raw handle (the cheap call torch.compile uses)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
 def zeroed_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None:
     """Workspace from torch's caching allocator, zeroed on the current stream."""
     if nbytes == 0:

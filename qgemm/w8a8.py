@@ -21,7 +21,7 @@ from cutlass_gen.specs import ActQuantSpec
 
 from . import _checks, heuristics, reference
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, get_kernel, zeroed_workspace
+from ._runtime import CallBuffers, current_stream, get_kernel, zeroed_workspace
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -143,7 +143,7 @@ class _ActQuantLauncher:
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
         vecs = torch.empty((3, blocks, m), dtype=torch.float32, device=device)
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = current_stream(device.index)
         with self._lock:
             p = self._problem
             p.m, p.n, p.k = m, 0, k
@@ -221,6 +221,11 @@ class W8A8GemmPlan:
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
         self._locks: torch.Tensor | None = None
+        self._partial: torch.Tensor | None = None
+        self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices)
+        self._n, self._k = weight.n, weight.k
+        self._blocks = weight.k // weight.block_size
+        self._device_index = device.index
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     def _fixed_problem(self) -> QgemmProblem:
@@ -232,7 +237,7 @@ class W8A8GemmPlan:
         p.ptr[1] = w.qweight.data_ptr()
         p.ptr[5], p.ptr[6], p.ptr[7] = w.scale.data_ptr(), w.offset.data_ptr(), w.qsum.data_ptr()
         p.ptr[8] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[1] = w.k
+        p.ld[0] = p.ld[1] = w.k
         p.ld[2] = p.ld[3] = w.n
         p.scalar[0], p.scalar[1] = self.clamp
         p.sm_count = self._sm_count
@@ -252,6 +257,49 @@ class W8A8GemmPlan:
 
     def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized by quantize_activations."""
+        if not self._valid_fast(xq, out):
+            self._check_gemm_args(xq, out)  # raises, naming the argument
+        m = xq.q.shape[0]
+        if out is None:
+            out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
+        partial = out if self.out_dtype == torch.float32 else self._partial_buffer(m)
+
+        kernel = get_kernel(self.kernel_spec(m), self.target_sm)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            p.m = m
+            p.ptr[0] = xq.q.data_ptr()
+            p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
+            p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
+            if self.launch_mode == "chained":
+                self._launch(kernel, p, m, 0, self._blocks, stream)
+            else:
+                for block in range(self._blocks):
+                    self._launch(kernel, p, m, block, 1, stream)
+        return out
+
+    def _valid_fast(self, xq, out) -> bool:
+        """One cheap test of everything _check_gemm_args checks, for the per-call hot path."""
+        if type(xq) is not QuantizedActivations or xq.block_size != self.weight.block_size:
+            return False
+        q = xq.q
+        if q.dtype != torch.int8 or q.dim() != 2 or q.device != self.device or not q.is_contiguous():
+            return False
+        m = q.shape[0]
+        if m == 0 or q.shape[1] != self._k:
+            return False
+        vec_shape = (self._blocks, m)
+        for t in (xq.scale, xq.offset, xq.qsum):
+            if (t.dtype != torch.float32 or t.shape != vec_shape or t.device != self.device
+                    or not t.is_contiguous()):
+                return False
+        if out is not None and (out.dtype != self.out_dtype or out.shape != (m, self._n)
+                                or out.device != self.device or not out.is_contiguous()):
+            return False
+        return True
+
+    def _check_gemm_args(self, xq, out):
         if not isinstance(xq, QuantizedActivations):
             raise TypeError(f"xq must be a qgemm.QuantizedActivations, got {type(xq).__name__}")
         w = self.weight
@@ -266,42 +314,34 @@ class W8A8GemmPlan:
         for name in ("scale", "offset", "qsum"):
             t = getattr(xq, name)
             _checks.tensor(f"xq.{name}", t, (torch.float32,), ndim=2)
-            _checks.shape(f"xq.{name}", t, (w.k // w.block_size, m))
+            _checks.shape(f"xq.{name}", t, (self._blocks, m))
             _checks.cuda_device(f"xq.{name}", t, self.device)
             _checks.contiguous(f"xq.{name}", t)
-        if out is None:
-            out = torch.empty((m, w.n), dtype=self.out_dtype, device=self.device)
-        else:
+        if out is not None:
             _checks.tensor("out", out, (self.out_dtype,), ndim=2)
             _checks.shape("out", out, (m, w.n))
             _checks.cuda_device("out", out, self.device)
             _checks.contiguous("out", out)
-        partial = out if self.out_dtype == torch.float32 else torch.empty(
-            (m, w.n), dtype=torch.float32, device=self.device)
+        raise AssertionError("_valid_fast rejected arguments that _check_gemm_args accepts")
 
-        kernel = get_kernel(self.kernel_spec(m), self.target_sm)
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        blocks = w.k // w.block_size
-        with self._lock:
-            p = self._problem
-            p.m = m
-            p.ptr[0] = xq.q.data_ptr()
-            p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
-            p.ld[0] = w.k
-            if self.launch_mode == "chained":
-                self._launch(kernel, p, 0, blocks, stream)
-            else:
-                for block in range(blocks):
-                    self._launch(kernel, p, block, 1, stream)
-        return out
+    def _partial_buffer(self, m: int) -> torch.Tensor:
+        """FP32 running sum for FP16 output; plan-owned (calls are stream-ordered, see class doc)."""
+        need = m * self._n
+        if self._partial is None or self._partial.numel() < need:
+            self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
+        return self._partial[:need].view(m, self._n)
 
-    def _launch(self, kernel, p: QgemmProblem, block_begin: int, slices: int, stream: int):
+    def _launch(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
         p.ext[1], p.ext[2] = block_begin, slices
-        launch = kernel.plan(p)
+        key = (kernel.name, m, block_begin, slices)
+        launch = self._launches.get(key)
+        if launch is None:
+            if len(self._launches) > 4096:
+                self._launches.clear()
+            launch = self._launches[key] = kernel.plan(p)
         if launch.workspace_bytes and (self._locks is None or self._locks.numel() < launch.workspace_bytes):
             self._locks = zeroed_workspace(launch.workspace_bytes, self.device)
-        kernel.launch(p, launch, self.device.index, stream,
+        kernel.launch(p, launch, self._device_index, stream,
                       self._locks.data_ptr() if launch.workspace_bytes else 0, self._call)
 
 

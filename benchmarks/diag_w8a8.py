@@ -42,4 +42,4 @@ for m in (1, 128, 4096):
         torch.cuda.synchronize()
     for e in prof.key_averages():
         if e.device_type == torch.autograd.DeviceType.CUDA or "qgemm" in e.key:
-            print(f"  {e.key[:70]:70s} n={e.count:3d} cuda_avg={e.device_time / max(e.count,1):9.1f} us")
+            print(f"  {e.key[:70]:70s} n={e.count:3d} cuda_avg={e.device_time_total / max(e.count, 1):9.1f} us")

@@ -124,9 +124,11 @@ def main():
     ap.add_argument("--json", default="bench_w8a8.json")
     ap.add_argument("--per-block-max-blocks", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="first shape only")
+    ap.add_argument("--nk", action="append", metavar="NxK", help="only these (N, K) shapes, e.g. 8192x28672")
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     print(HEADER)
-    result = run(args.block_size, SHAPES_NK[:1] if args.quick else SHAPES_NK, MS, args.per_block_max_blocks)
+    result = run(args.block_size, shapes[:1] if args.quick else shapes, MS, args.per_block_max_blocks)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
     print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, "

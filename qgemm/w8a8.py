@@ -223,6 +223,7 @@ class W8A8GemmPlan:
         self._locks: torch.Tensor | None = None
         self._partial: torch.Tensor | None = None
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices)
+        self._kernels: dict[int, object] = {}  # loaded kernel by M
         self._n, self._k = weight.n, weight.k
         self._blocks = weight.k // weight.block_size
         self._device_index = device.index
@@ -264,7 +265,11 @@ class W8A8GemmPlan:
             out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
         partial = out if self.out_dtype == torch.float32 else self._partial_buffer(m)
 
-        kernel = get_kernel(self.kernel_spec(m), self.target_sm)
+        kernel = self._kernels.get(m)
+        if kernel is None:
+            if len(self._kernels) > 4096:
+                self._kernels.clear()
+            kernel = self._kernels[m] = get_kernel(self.kernel_spec(m), self.target_sm)
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._problem

@@ -222,6 +222,7 @@ class W8A8GemmPlan:
         self._problem = self._fixed_problem()
         self._locks: torch.Tensor | None = None
         self._partial: torch.Tensor | None = None
+        self._partial_views: dict[int, torch.Tensor] = {}
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices)
         self._kernels: dict[int, object] = {}  # loaded kernel by M
         self._n, self._k = weight.n, weight.k
@@ -330,11 +331,18 @@ class W8A8GemmPlan:
         raise AssertionError("_valid_fast rejected arguments that _check_gemm_args accepts")
 
     def _partial_buffer(self, m: int) -> torch.Tensor:
-        """FP32 running sum for FP16 output; plan-owned (calls are stream-ordered, see class doc)."""
-        need = m * self._n
-        if self._partial is None or self._partial.numel() < need:
-            self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
-        return self._partial[:need].view(m, self._n)
+        """FP32 running sum for FP16 output; plan-owned (calls are stream-ordered, see class doc).
+        Views are cached per M: making one costs several microseconds of the per-call budget."""
+        view = self._partial_views.get(m)
+        if view is None:
+            need = m * self._n
+            if self._partial is None or self._partial.numel() < need:
+                self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
+                self._partial_views.clear()
+            if len(self._partial_views) > 4096:
+                self._partial_views.clear()
+            view = self._partial_views[m] = self._partial[:need].view(m, self._n)
+        return view
 
     def _launch(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
         p.ext[1], p.ext[2] = block_begin, slices

@@ -34,6 +34,18 @@ K_ALIGNMENT = 16
 MIN_SM = 75
 
 _sm_counts: dict[int, int] = {}
+# Per-shape caches of a plan hold at most this many entries (a server sees many M).
+_CACHE_LIMIT = 4096
+
+
+def _cached(cache: dict, key, make):
+    """cache[key], made on first use; the cache is emptied when it reaches _CACHE_LIMIT."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        value = cache[key] = make()
+    return value
 
 
 def _sm_count(device: torch.device) -> int:
@@ -266,11 +278,7 @@ class W8A8GemmPlan:
             out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
         partial = out if self.out_dtype == torch.float32 else self._partial_buffer(m)
 
-        kernel = self._kernels.get(m)
-        if kernel is None:
-            if len(self._kernels) > 4096:
-                self._kernels.clear()
-            kernel = self._kernels[m] = get_kernel(self.kernel_spec(m), self.target_sm)
+        kernel = _cached(self._kernels, m, lambda: get_kernel(self.kernel_spec(m), self.target_sm))
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._problem
@@ -333,25 +341,15 @@ class W8A8GemmPlan:
     def _partial_buffer(self, m: int) -> torch.Tensor:
         """FP32 running sum for FP16 output; plan-owned (calls are stream-ordered, see class doc).
         Views are cached per M: making one costs several microseconds of the per-call budget."""
-        view = self._partial_views.get(m)
-        if view is None:
-            need = m * self._n
-            if self._partial is None or self._partial.numel() < need:
-                self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
-                self._partial_views.clear()
-            if len(self._partial_views) > 4096:
-                self._partial_views.clear()
-            view = self._partial_views[m] = self._partial[:need].view(m, self._n)
-        return view
+        need = m * self._n
+        if self._partial is None or self._partial.numel() < need:
+            self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
+            self._partial_views.clear()
+        return _cached(self._partial_views, m, lambda: self._partial[:need].view(m, self._n))
 
     def _launch(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
         p.ext[1], p.ext[2] = block_begin, slices
-        key = (kernel.name, m, block_begin, slices)
-        launch = self._launches.get(key)
-        if launch is None:
-            if len(self._launches) > 4096:
-                self._launches.clear()
-            launch = self._launches[key] = kernel.plan(p)
+        launch = _cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
         if launch.workspace_bytes and (self._locks is None or self._locks.numel() < launch.workspace_bytes):
             self._locks = zeroed_workspace(launch.workspace_bytes, self.device)
         kernel.launch(p, launch, self._device_index, stream,

@@ -49,7 +49,6 @@ class BlockDequantVisitor {
   using ElementAccumulator = int32_t;
   using AccumulatorFragment = cutlass::Array<ElementAccumulator, kElementsPerAccess>;
   using ComputeFragment = cutlass::Array<float, kElementsPerAccess>;
-  using OutputVector = cutlass::Array<ElementOutput, kElementsPerAccess>;
 
   struct Arguments {
     float const* a_scale;    // [blocks, M]

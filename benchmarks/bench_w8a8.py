@@ -22,38 +22,10 @@ import time
 import torch
 
 import qgemm
+from timing import bench, copy_bandwidth
 
 SHAPES_NK = [(4096, 4096), (12288, 4096), (8192, 28672)]
 MS = [1, 16, 128, 4096]
-
-
-def bench(fn, min_reps=10, budget_s=0.3, max_reps=200) -> float:
-    """Median microseconds of fn() by CUDA events."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    one = max(start.elapsed_time(end) / 1e3, 1e-6)
-    reps = int(min(max_reps, max(min_reps, budget_s / one)))
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def copy_bandwidth() -> float:
-    """Bytes/s of a large device-to-device copy, counting read + write."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = bench(lambda: dst.copy_(src), min_reps=5)
-    return 2 * src.numel() / (us * 1e-6)
 
 
 def host_overhead_us(block_size: int, calls=200, rounds=7) -> float:

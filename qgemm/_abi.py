@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 PARAMS_CAPACITY = 4096  # CUDA's classic kernel-parameter limit
 
 
@@ -30,6 +30,7 @@ class QgemmLaunch(ctypes.Structure):
     _fields_ = [
         ("grid", ctypes.c_uint32 * 3),
         ("block", ctypes.c_uint32 * 3),
+        ("cluster", ctypes.c_uint32 * 3),
         ("smem_bytes", ctypes.c_uint32),
         ("params_bytes", ctypes.c_uint32),
         ("workspace_bytes", ctypes.c_uint64),

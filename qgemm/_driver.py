@@ -83,13 +83,20 @@ def device_max_smem_optin(device: int) -> int:
 class Launcher:
     """A reusable CUlaunchConfig for one kernel; `launch` is the per-call hot path."""
 
-    def __init__(self, kernel, block: tuple[int, int, int]):
+    def __init__(self, kernel, block: tuple[int, int, int], cluster: tuple[int, int, int] = (1, 1, 1)):
         cu = driver()
         self._cu = cu
         self._kernel = kernel
         self._config = cu.CUlaunchConfig()
         self._config.blockDimX, self._config.blockDimY, self._config.blockDimZ = block
         self._config.numAttrs = 0
+        if tuple(cluster) != (1, 1, 1):
+            # Sm90 thread block clusters (TMA multicast across the cluster's CTAs).
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+            self._config.attrs = [attr]
+            self._config.numAttrs = 1
 
     def launch(self, grid, smem_bytes: int, stream: int, params_ptr_array: int):
         config = self._config

@@ -103,7 +103,8 @@ class CallBuffers:
         key = (kernel.name, id(handle))
         launcher = self._launchers.get(key)
         if launcher is None:
-            launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]))
+            launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]),
+                                        (launch.cluster[0], launch.cluster[1], launch.cluster[2]))
             self._launchers[key] = launcher
         return launcher
 
@@ -132,6 +133,30 @@ def get_kernel(spec: KernelSpec, target_sm: int) -> Kernel:
         kernel = Kernel(spec, target_sm, str(artifact.so_path), artifact.fatbin_path.read_bytes())
         _kernels[key] = kernel
         return kernel
+
+
+_sm_counts: dict[int, int] = {}
+# Per-shape caches of a plan hold at most this many entries (a server sees many M).
+CACHE_LIMIT = 4096
+
+
+def cached(cache: dict, key, make):
+    """cache[key], made on first use; the cache is emptied when it reaches CACHE_LIMIT."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        value = cache[key] = make()
+    return value
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (cached: persistent kernels ask on every plan)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _sm_counts.get(index)
+    if count is None:
+        count = _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
 
 
 def current_stream(device_index: int) -> int:

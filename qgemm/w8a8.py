@@ -21,7 +21,7 @@ from cutlass_gen.specs import ActQuantSpec
 
 from . import _checks, heuristics, reference
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, current_stream, get_kernel, zeroed_workspace
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count, zeroed_workspace
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -32,29 +32,6 @@ LAUNCH_MODES = ("chained", "per_block")
 N_ALIGNMENT = 4
 K_ALIGNMENT = 16
 MIN_SM = 75
-
-_sm_counts: dict[int, int] = {}
-# Per-shape caches of a plan hold at most this many entries (a server sees many M).
-_CACHE_LIMIT = 4096
-
-
-def _cached(cache: dict, key, make):
-    """cache[key], made on first use; the cache is emptied when it reaches _CACHE_LIMIT."""
-    value = cache.get(key)
-    if value is None:
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        value = cache[key] = make()
-    return value
-
-
-def _sm_count(device: torch.device) -> int:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    count = _sm_counts.get(index)
-    if count is None:
-        count = _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return count
-
 
 def _check_block_size(block_size) -> int:
     if not isinstance(block_size, int) or block_size not in BLOCK_SIZES:
@@ -229,7 +206,7 @@ class W8A8GemmPlan:
         self.device = device
         self.clamp = reference.clamp_bounds(activation)
         self._output = OUTPUT_DTYPES[out_dtype]
-        self._sm_count = _sm_count(device)
+        self._sm_count = sm_count(device)
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
         self._locks: torch.Tensor | None = None
@@ -278,7 +255,7 @@ class W8A8GemmPlan:
             out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
         partial = out if self.out_dtype == torch.float32 else self._partial_buffer(m)
 
-        kernel = _cached(self._kernels, m, lambda: get_kernel(self.kernel_spec(m), self.target_sm))
+        kernel = cached(self._kernels, m, lambda: get_kernel(self.kernel_spec(m), self.target_sm))
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._problem
@@ -345,11 +322,11 @@ class W8A8GemmPlan:
         if self._partial is None or self._partial.numel() < need:
             self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
             self._partial_views.clear()
-        return _cached(self._partial_views, m, lambda: self._partial[:need].view(m, self._n))
+        return cached(self._partial_views, m, lambda: self._partial[:need].view(m, self._n))
 
     def _launch(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
         p.ext[1], p.ext[2] = block_begin, slices
-        launch = _cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
+        launch = cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
         if launch.workspace_bytes and (self._locks is None or self._locks.numel() < launch.workspace_bytes):
             self._locks = zeroed_workspace(launch.workspace_bytes, self.device)
         kernel.launch(p, launch, self._device_index, stream,

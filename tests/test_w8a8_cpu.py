@@ -203,7 +203,7 @@ def fake_sm90(monkeypatch):
     """Pretend CPU tensors are on an sm90 GPU with 132 SMs, to reach the checks after the device check."""
     monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
     monkeypatch.setattr(_checks, "target_sm", lambda *args, **kwargs: 90)
-    monkeypatch.setattr(w8a8_mod, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(w8a8_mod, "sm_count", lambda device: 132)
 
 
 @pytest.mark.parametrize("kwargs, exc, fragment", [

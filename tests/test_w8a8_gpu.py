@@ -22,6 +22,8 @@ import torch
 import qgemm
 from qgemm import reference
 
+from gpu_util import poison_allocator, randn, rel_err
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -29,26 +31,6 @@ pytestmark = [
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ODD_M = (1, 3, 17, 1000)
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out = out.double().cpu()
-    ref = ref.double().cpu()
-    assert not torch.isnan(out).any(), "NaN in output: an element was not written"
-    return ((out - ref).norm() / ref.norm()).item()
-
-
-def poison_allocator():
-    """Fill a large freed block with NaN so fresh torch.empty outputs start poisoned."""
-    junk = torch.full((64 << 20,), float("nan"), device="cuda")
-    del junk
-
-
-def randn(*shape, dtype=torch.float32, seed=None):
-    g = torch.Generator(device="cuda")
-    g.manual_seed(seed if seed is not None else torch.seed() % (1 << 31))
-    # A non-zero mean exercises the offset terms; never all zeros.
-    return (torch.randn(*shape, generator=g, device="cuda") * 1.5 + 0.3).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

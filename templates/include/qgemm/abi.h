@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#define QGEMM_ABI_VERSION 1
+#define QGEMM_ABI_VERSION 2
 
 // Everything a kernel needs to know about one call. Families give the slots a
 // meaning in their template's header comment (e.g. ptr[0] = A, ptr[1] = B, ...).
@@ -30,9 +30,11 @@ struct QgemmProblem {
 struct QgemmLaunch {
   uint32_t grid[3];
   uint32_t block[3];
+  uint32_t cluster[3];        // thread block cluster (Sm90); {1, 1, 1} launches without one
   uint32_t smem_bytes;        // dynamic shared memory; the runtime raises the attribute
   uint32_t params_bytes;      // sizeof(Params) of the entry's single argument
-  uint64_t workspace_bytes;   // zero-filled device workspace the kernel needs (semaphores)
+  uint64_t workspace_bytes;   // zero-filled device workspace (semaphores); each family's API says
+                              // whether it must be zeroed again before every launch
 };
 
 // Status codes beyond cutlass::Status (which occupies 0..kInvalid).

@@ -8,17 +8,20 @@
 //   static __device__ void run(Params const&, char* smem);
 // Each generated translation unit defines exactly one kernel, so the exported
 // host symbols need no per-kernel prefix; the device entry carries the kernel's
-// name so profilers show it.
+// name so profilers show it. Params are a __grid_constant__ argument: CUTLASS 3.x kernels
+// keep their TMA descriptors in them and address them in the parameter space.
 #pragma once
 
 #include <new>
 #include <type_traits>
 
 #include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"  // CUTLASS_GRID_CONSTANT
 #include "qgemm/abi.h"
 
 #define QGEMM_EXPORT_KERNEL(ENTRY, ADAPTER, SPEC_JSON)                                                   \
-  extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount) ENTRY(ADAPTER::Params params) {  \
+  extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount) ENTRY(                      \
+      CUTLASS_GRID_CONSTANT ADAPTER::Params const params) {                                           \
     extern __shared__ __align__(16) char qgemm_smem[];                                                 \
     ADAPTER::run(params, qgemm_smem);                                                                  \
   }                                                                                                    \
@@ -31,6 +34,7 @@
     *launch = QgemmLaunch{};                                                                           \
     launch->block[0] = ADAPTER::kThreadCount;                                                          \
     launch->block[1] = launch->block[2] = 1;                                                           \
+    launch->cluster[0] = launch->cluster[1] = launch->cluster[2] = 1;                                  \
     launch->params_bytes = sizeof(ADAPTER::Params);                                                    \
     return ADAPTER::plan(*problem, *launch);                                                           \
   }                                                                                                    \

@@ -1,0 +1,69 @@
+"""Timing helpers shared by the benchmarks: CUDA-event medians and the copy-bandwidth floor."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+
+def bench(fn, min_reps=10, budget_s=0.3, max_reps=200) -> float:
+    """Median microseconds of fn() by CUDA events."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end) / 1e3, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / one)))
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a large device-to-device copy, counting read + write."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = bench(lambda: dst.copy_(src), min_reps=5)
+    return 2 * src.numel() / (us * 1e-6)
+
+
+def bench_graph(fn, calls=20, replays=15) -> float:
+    """Median microseconds per fn() call with the host taken out: `calls` calls captured in one
+    CUDA graph and replayed. Small GEMMs are shorter than one call's host work (argument checks,
+    Params, the launch), so event timings of eager calls would measure the host instead. Falls
+    back to eager timing where fn cannot be captured."""
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream):
+            fn()  # warm-up on the capture stream (allocations, lazy init)
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return bench(fn)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    del graph
+    return statistics.median(times)

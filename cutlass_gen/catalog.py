@@ -5,7 +5,14 @@ the catalog can still be built on first use.
 """
 from __future__ import annotations
 
-from .specs import SUPPORTED_TARGETS, ActQuantSpec, KernelSpec, W8A8GemmSpec
+from .specs import (
+    SUPPORTED_TARGETS,
+    ActQuantSpec,
+    Fp8ActQuantSpec,
+    Fp8BlockwiseGemmSpec,
+    KernelSpec,
+    W8A8GemmSpec,
+)
 
 # (tile, warp) pairs: a large tile for large M, a small one for parallelism at
 # small M, and a 32-row tile for decode-sized M.
@@ -36,9 +43,38 @@ def _act_quant(target_sm: int) -> list[KernelSpec]:
     return [ActQuantSpec(dtype) for dtype in ActQuantSpec.INPUTS]
 
 
+# FP8 blockwise (sm90 only). Decode-sized M runs swapped (the weight's N on the kernel's M,
+# tokens on a narrow tile N) with stream-K, so a few weight tiles still spread over every SM;
+# prefill-sized M runs unswapped on large tiles. (tile, cluster, schedule, scheduler, swap_ab)
+_FP8_CONFIGS = [
+    ((128, 16), (1, 1), "cooperative", "streamk", True),
+    ((128, 32), (1, 1), "cooperative", "streamk", True),
+    ((128, 64), (1, 1), "cooperative", "streamk", True),
+    ((128, 128), (1, 1), "cooperative", "streamk", True),
+    ((64, 128), (1, 1), "pingpong", "persistent", False),
+    ((128, 128), (1, 2), "cooperative", "persistent", False),
+]
+
+
+def _fp8_gemm(target_sm: int) -> list[KernelSpec]:
+    if target_sm < 90:
+        return []
+    return [
+        Fp8BlockwiseGemmSpec(tile, cluster, schedule, swap_ab, output, scheduler=scheduler)
+        for output in Fp8BlockwiseGemmSpec.OUTPUTS
+        for tile, cluster, schedule, scheduler, swap_ab in _FP8_CONFIGS
+    ]
+
+
+def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
+    return [Fp8ActQuantSpec(dtype) for dtype in Fp8ActQuantSpec.INPUTS] if target_sm >= 90 else []
+
+
 _FAMILY_CATALOGS = {
     W8A8GemmSpec.family: _w8a8,
     ActQuantSpec.family: _act_quant,
+    Fp8BlockwiseGemmSpec.family: _fp8_gemm,
+    Fp8ActQuantSpec.family: _fp8_act_quant,
 }
 
 

@@ -11,16 +11,23 @@ from .w8a8 import (
     quantize_activations,
     w8a8_linear,
 )
-from . import reference
+from .fp8 import Fp8Activations, Fp8GemmPlan, Fp8Weight, fp8_linear, quantize_activations_fp8
+from . import nn, reference
 
 __all__ = [
     "CudaError",
+    "Fp8Activations",
+    "Fp8GemmPlan",
+    "Fp8Weight",
     "KernelUnavailableError",
     "NoGpuError",
     "QgemmError",
     "QuantizedActivations",
     "W8A8GemmPlan",
     "W8A8Weight",
+    "fp8_linear",
+    "nn",
+    "quantize_activations_fp8",
     "quantize_activations",
     "w8a8_linear",
     "reference",

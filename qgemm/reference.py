@@ -61,3 +61,89 @@ def w8a8_gemm(a_q, a_scale, a_offset, b_q, b_scale, b_offset, block_size, bias=N
         out = out + bias.cpu().double()
     lo, hi = clamp_bounds(activation)
     return out.clamp(lo, hi)
+
+
+# --- FP8 blockwise (DeepSeek-V3) ---------------------------------------------------------------
+
+FP8_GROUP = 128  # activations: 1 x 128 per token; weights: 128 x 128 blocks
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+FP8_EPS = 1e-10  # floor of a group's amax, so an all-zero group gets a finite scale
+
+
+def fp8_scale_pitch(m: int) -> int:
+    """Row pitch of M-major activation scales: M rounded up to 4 floats (16 bytes, TMA's alignment)."""
+    return -(-m // 4) * 4
+
+
+def _fp8_scales(amax: torch.Tensor, dtype: torch.dtype):
+    """scale = amax / fp8_max and its multiplier inv = fp8_max / amax, each one IEEE division.
+    Tensor-by-tensor on purpose: torch turns division by a Python scalar into multiplication by
+    its reciprocal, which rounds differently from the kernel's division."""
+    fmax = torch.full_like(amax, FP8_MAX[dtype])
+    return amax / fmax, fmax / amax
+
+
+def quantize_fp8_groups(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
+    """Per-token-group FP8 quantization, the activation kernel's exact arithmetic in float32:
+    scale = max(|x|, eps) / fp8_max, q = fp8(clamp(x * (fp8_max / amax))).
+
+    x [M, K] -> q [M, K] FP8 and sx float32 [K / 128, pitch] (M-major, pitch = fp8_scale_pitch(M);
+    columns M.. are padding), with x ~= sx[k // 128, m] * q[m, k].
+    """
+    m, k = x.shape
+    if k % FP8_GROUP:
+        raise ValueError(f"K={k} must be a multiple of {FP8_GROUP}")
+    groups = x.float().reshape(m, k // FP8_GROUP, FP8_GROUP)
+    amax = groups.abs().amax(dim=2).clamp_min(FP8_EPS)
+    scale, inv = _fp8_scales(amax, dtype)
+    q = (groups * inv[..., None]).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype).reshape(m, k)
+    sx = torch.zeros((k // FP8_GROUP, fp8_scale_pitch(m)), dtype=torch.float32, device=x.device)
+    sx[:, :m] = scale.t()
+    return q, sx
+
+
+def quantize_fp8_blocks(w: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
+    """128 x 128 block FP8 quantization of a weight [N, K] (DeepSeek-V3 checkpoints' scheme).
+
+    Returns q [N, K] FP8 and scale_inv float32 [ceil(N / 128), ceil(K / 128)], w ~= scale_inv * q
+    blockwise. Edge blocks are partial; the scale covers the elements present.
+    """
+    n, k = w.shape
+    fmax = FP8_MAX[dtype]
+    nb, kb = -(-n // FP8_GROUP), -(-k // FP8_GROUP)
+    padded = torch.zeros((nb * FP8_GROUP, kb * FP8_GROUP), dtype=torch.float32, device=w.device)
+    padded[:n, :k] = w.float()
+    blocks = padded.reshape(nb, FP8_GROUP, kb, FP8_GROUP)
+    amax = blocks.abs().amax(dim=(1, 3)).clamp_min(FP8_EPS)
+    scale, inv = _fp8_scales(amax, dtype)
+    q = (blocks * inv[:, None, :, None]).clamp(-fmax, fmax).to(dtype)
+    q = q.reshape(nb * FP8_GROUP, kb * FP8_GROUP)[:n, :k].contiguous()
+    return q, scale
+
+
+def dequantize_fp8_groups(q: torch.Tensor, sx: torch.Tensor) -> torch.Tensor:
+    """float64 [M, K] from FP8 q [M, K] and M-major scales sx [K / 128, >= M]."""
+    m, k = q.shape
+    scale = sx[:, :m].t().double().repeat_interleave(FP8_GROUP, dim=1)
+    return q.double() * scale
+
+
+def dequantize_fp8_blocks(q: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
+    """float64 [N, K] from FP8 q [N, K] and block scales [ceil(N / 128), ceil(K / 128)]."""
+    n, k = q.shape
+    scale = scale_inv.double().repeat_interleave(FP8_GROUP, 0).repeat_interleave(FP8_GROUP, 1)
+    return q.double() * scale[:n, :k]
+
+
+def fp8_blockwise_gemm(xq, sx, wq, sw, bias=None) -> torch.Tensor:
+    """float64 reference of the blockwise FP8 GEMM from the same quantized inputs:
+    out = dequant(xq, sx) dequant(wq, sw)^T + bias (the FP32 promotion per 128-K block is exact
+    algebra, so the float64 product of the dequantized operands is the target). Computed on the
+    inputs' device: float64 on the GPU keeps the large benchmark shapes testable."""
+    x = dequantize_fp8_groups(xq, sx)
+    w = dequantize_fp8_blocks(wq, sw.to(wq.device))
+    out = x @ w.t()
+    if bias is not None:
+        out = out + bias.to(out.device).double()
+    return out

@@ -128,7 +128,9 @@ def test_catalog_specs_support_their_target(sm):
     specs = catalog(sm)
     assert specs
     assert all(s.supports_target(sm) for s in specs)
-    assert {s.family for s in specs} == set(families())
+    sm90_only = {"fp8_blockwise_gemm", "fp8_act_quant"}  # wgmma/TMA kernels and their quantizer
+    expected = set(families()) if sm == 90 else set(families()) - sm90_only
+    assert {s.family for s in specs} == expected
 
 
 def test_catalog_family_filter_and_arch_mix():

@@ -16,33 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
-import time
 
 import torch
 
 import qgemm
-from timing import bench, copy_bandwidth
+from timing import bench, copy_bandwidth, host_us
 
 SHAPES_NK = [(4096, 4096), (12288, 4096), (8192, 28672)]
 MS = [1, 16, 128, 4096]
 
 
-def host_overhead_us(block_size: int, calls=200, rounds=7) -> float:
-    """Host time of one warm plan.gemm call. Bursts of `calls` stay well under the driver's launch
-    queue depth, so the host never waits for the GPU and the time is the host's alone."""
+def host_overhead_us(block_size: int) -> float:
+    """Host time of one warm plan.gemm call."""
     plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(torch.randn(256, 2 * block_size, device="cuda"),
                                                          block_size), out_dtype=torch.float16)
     xq = qgemm.quantize_activations(torch.randn(1, 2 * block_size, device="cuda"), block_size)
-    samples = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            plan.gemm(xq)
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    return host_us(lambda: plan.gemm(xq))
 
 
 def run(block_size: int, shapes, ms, per_block_max_blocks: int) -> dict:

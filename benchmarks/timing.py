@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 
@@ -67,3 +68,17 @@ def bench_graph(fn, calls=20, replays=15) -> float:
         times.append(start.elapsed_time(end) * 1e3 / calls)
     del graph
     return statistics.median(times)
+
+
+def host_us(fn, calls=200, rounds=7) -> float:
+    """Host time of one warm fn() call. Bursts of `calls` stay well under the driver's launch
+    queue depth, so the host never waits for the GPU and the time is the host's alone."""
+    samples = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)

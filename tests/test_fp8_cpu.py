@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 
 import pytest
 import torch
@@ -70,29 +69,35 @@ def test_fp8_templates_render_both_operand_orders():
     assert "__NV_E5M2" in quant and "57344.f" in quant
 
 
-@pytest.mark.parametrize("m, tile_n", [(1, 16), (16, 16), (17, 16), (64, 16), (65, 64), (128, 64)])
-def test_fp8_heuristic_small_weights_run_swapped(m, tile_n):
-    """Fewer than 4096 weight rows (DeepSeek's N = 2112): tokens on a narrow tile N."""
-    choice = heuristics.fp8_choice(m, 2112, 7168, "bf16", 132)
-    assert choice.spec.swap_ab and choice.spec.tile == (128, tile_n) and choice.spec.scheduler == "streamk"
-    assert choice.splits == 0
-
-
-@pytest.mark.parametrize("m", (1, 64, 128))
-def test_fp8_heuristic_decode_on_wide_weights_runs_pingpong(m):
-    spec = heuristics.fp8_choice(m, 4096, 7168, "bf16", 132).spec
-    assert not spec.swap_ab and spec.schedule == "pingpong" and spec.tile == (64, 128)
+@pytest.mark.parametrize("m, n, expected", [
+    (1, 24576, (128, 16)),     # one token tile: the weight is read once whatever N
+    (16, 32768, (128, 16)),
+    (64, 4096, (128, 16)),     # 32 weight tiles x 4 token tiles = 128 <= 132 SMs
+    (64, 7168, (128, 32)),     # 56 x 4 > 132, 56 x 2 fits
+    (128, 7168, (128, 64)),
+    (128, 2112, (128, 32)),    # 17 x 8 = 136 > 132
+    (64, 24576, "pingpong"),   # 192 weight tiles: no swapped tile fits one wave
+    (128, 32768, "pingpong"),
+])
+def test_fp8_heuristic_decode(m, n, expected):
+    choice = heuristics.fp8_choice(m, n, 7168, "bf16", 132)
+    if expected == "pingpong":
+        assert not choice.spec.swap_ab and choice.spec.schedule == "pingpong" and choice.spec.tile == (64, 128)
+    else:
+        assert choice.spec.swap_ab and choice.spec.tile == expected and choice.spec.scheduler == "persistent"
 
 
 def test_fp8_heuristic_large_m_and_catalog_coverage():
-    big = heuristics.fp8_choice(4096, 7168, 2048, "bf16", 132).spec
-    assert not big.swap_ab and big.tile == (128, 128) and big.cluster == (1, 2)
+    big = heuristics.fp8_choice(4096, 7168, 2048, "bf16", 132)
+    assert not big.spec.swap_ab and big.spec.tile == (128, 128) and big.spec.cluster == (1, 2)
+    assert big.raster == 0
+    assert heuristics.fp8_choice(4096, 2112, 7168, "bf16", 132).raster == 1  # narrow weight: along M
     mid = heuristics.fp8_choice(256, 2112, 7168, "bf16", 132).spec
     assert mid.schedule == "pingpong" and mid.tile == (64, 128)
     # Every choice comes from the catalog, so no shape compiles at run time.
     names = {s.name for s in catalog(90, Fp8BlockwiseGemmSpec.family)}
-    for m in (1, 3, 17, 33, 64, 100, 128, 129, 500, 1000, 4096, 16384):
-        for n in (8, 2112, 32768):
+    for m in (1, 3, 16, 17, 33, 64, 100, 128, 129, 500, 1000, 4096, 16384):
+        for n in (8, 2112, 4096, 7168, 32768):
             for output in ("bf16", "f16"):
                 assert heuristics.fp8_choice(m, n, 7168, output, 132).spec.name in names
 
@@ -343,4 +348,3 @@ def test_fp8_gemm_make_params_rejects_before_touching_the_driver(swap16_library)
     buf = ctypes.create_string_buffer(PARAMS_CAPACITY)
     bad = fp8_problem(16, 4096, 7000)
     assert swap16_library.make_params_fn(ctypes.byref(bad), None, ctypes.addressof(buf), PARAMS_CAPACITY) != 0
-    assert math.isfinite(float(PARAMS_CAPACITY))

@@ -39,13 +39,18 @@ END_TO_END_BOUND = 6e-2
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+# The stream-K scheduler is in no catalog kernel (the heuristic never picks it); it is tested
+# here, built on first use, with CUTLASS's decomposition and with split-K.
+STREAMK = ((128, 64), (1, 1), "cooperative", "streamk", True)
+
+
 def catalog_configs():
     seen = []
     for spec in catalog(90, Fp8BlockwiseGemmSpec.family):
         key = (spec.tile, spec.cluster, spec.schedule, spec.scheduler, spec.swap_ab)
         if key not in seen:
             seen.append(key)
-    return seen
+    return seen + [STREAMK]
 
 
 def make_weight(n, k, seed=1):
@@ -130,6 +135,32 @@ def test_bias_and_end_to_end(m):
     assert rel_err(out, reference_out(xa, weight, bias)) < BOUND[torch.bfloat16]
     exact = x.double() @ w.double().t() + bias.double()
     assert rel_err(out, exact) < END_TO_END_BOUND
+
+
+@pytest.mark.parametrize("splits", (0, 3))
+@pytest.mark.parametrize("m", (1, 17, 1000))
+def test_streamk_split_k(m, splits):
+    n, k = 264, 128 * 7
+    tile, cluster, schedule, scheduler, swap_ab = STREAMK
+    spec = Fp8BlockwiseGemmSpec(tile, cluster, schedule, swap_ab, "bf16", scheduler=scheduler)
+    weight = make_weight(n, k)
+    plan = qgemm.Fp8GemmPlan(weight)
+    xa = qgemm.quantize_activations_fp8(randn(m, k, dtype=torch.bfloat16))
+    for _ in range(2):  # the second call sees a fresh zeroed workspace again
+        poison_allocator()
+        out = plan.gemm(xa, choice=heuristics.Fp8Choice(spec, splits=splits))
+        assert rel_err(out, reference_out(xa, weight)) < BOUND[torch.bfloat16]
+
+
+def test_e5m2_weight():
+    n, k, m = 136, 256, 3
+    weight = qgemm.Fp8Weight.from_float(randn(n, k, seed=5) * 0.05, torch.float8_e5m2)
+    plan = qgemm.Fp8GemmPlan(weight)
+    xa = qgemm.quantize_activations_fp8(randn(m, k, dtype=torch.bfloat16))
+    poison_allocator()
+    out = plan.gemm(xa)
+    assert plan.choice(m).spec.weight == "e5m2"
+    assert rel_err(out, reference_out(xa, weight)) < BOUND[torch.bfloat16]
 
 
 def test_e5m2_activations():

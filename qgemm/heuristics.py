@@ -60,13 +60,17 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #     M = 64 exactly and N / 128 tiles cover the SMs (N = 24576, M = 64: 12.4 us against 13.1
 #     us for the widest swapped tile).
 # Prefill-sized M is compute bound: the 128 x 128 cooperative kernel with a 1 x 2 cluster (the
-# activation tile multicast to two CTAs) when the tiles fill the GPU twice, ping-pong below that.
+# activation tile multicast to two CTAs) when the tiles fill the GPU twice, ping-pong below that,
+# and ping-pong also when K is at most FP8_SHORT_K: with so few K blocks the epilogue is a large
+# share of each tile, and ping-pong overlaps one warpgroup's epilogue with the other's mainloop
+# (M = 4096, N = 32768, K = 512: 187 us against 200 to 215 us cooperative, over three runs).
 # A narrow weight (N < FP8_NARROW_WEIGHT) rasterizes along M, so CTAs running together share
 # weight tiles in L2 (M = 4096, N = 2112, K = 7168: 118 us against 139 us with CUTLASS's choice);
 # elsewhere CUTLASS's raster heuristic was as fast as any fixed order.
 
 FP8_SWAP_TILES_N = (16, 32, 64)
 FP8_NARROW_WEIGHT = 4096
+FP8_SHORT_K = 512
 RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N = 0, 1, 2
 
 
@@ -94,6 +98,6 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
                 return Fp8Choice(_swapped(tile_n, output))
         return Fp8Choice(Fp8BlockwiseGemmSpec((64, 128), (1, 1), "pingpong", False, output))
     raster = RASTER_ALONG_M if n < FP8_NARROW_WEIGHT else RASTER_HEURISTIC
-    if -(-m // 128) * weight_tiles >= 2 * sm_count:
+    if -(-m // 128) * weight_tiles >= 2 * sm_count and k > FP8_SHORT_K:
         return Fp8Choice(Fp8BlockwiseGemmSpec((128, 128), (1, 2), "cooperative", False, output), raster)
     return Fp8Choice(Fp8BlockwiseGemmSpec((64, 128), (1, 1), "pingpong", False, output), raster)

@@ -92,6 +92,8 @@ def test_fp8_heuristic_large_m_and_catalog_coverage():
     assert not big.spec.swap_ab and big.spec.tile == (128, 128) and big.spec.cluster == (1, 2)
     assert big.raster == 0
     assert heuristics.fp8_choice(4096, 2112, 7168, "bf16", 132).raster == 1  # narrow weight: along M
+    short_k = heuristics.fp8_choice(4096, 32768, 512, "bf16", 132).spec  # epilogue-heavy: ping-pong
+    assert short_k.schedule == "pingpong" and short_k.tile == (64, 128)
     mid = heuristics.fp8_choice(256, 2112, 7168, "bf16", 132).spec
     assert mid.schedule == "pingpong" and mid.tile == (64, 128)
     # Every choice comes from the catalog, so no shape compiles at run time.

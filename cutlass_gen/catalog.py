@@ -10,6 +10,8 @@ from .specs import (
     ActQuantSpec,
     Fp8ActQuantSpec,
     Fp8BlockwiseGemmSpec,
+    FpAIntBDequantSpec,
+    FpAIntBGemvSpec,
     KernelSpec,
     W8A8GemmSpec,
 )
@@ -71,11 +73,34 @@ def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
     return [Fp8ActQuantSpec(dtype) for dtype in Fp8ActQuantSpec.INPUTS] if target_sm >= 90 else []
 
 
+# FpA x IntB: every (m_tiles, n_tiles) the heuristic can pick (qgemm/heuristics.py
+# fpaintb_choice), for each activation type and weight width. Sm75 builds FP16 only.
+_FPAINTB_GEMV_TILES = {4: [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)],
+                       8: [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)]}
+
+
+def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
+    return (75, ("f16",)) if target_sm == 75 else (80, ("f16", "bf16"))
+
+
+def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:
+    arch, acts = _fpaintb_arch(target_sm)
+    return [FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, 4, arch)
+            for act in acts for bits, tiles in _FPAINTB_GEMV_TILES.items() for m_tiles, n_tiles in tiles]
+
+
+def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
+    arch, acts = _fpaintb_arch(target_sm)
+    return [FpAIntBDequantSpec(act, bits, arch) for act in acts for bits in (4, 8)]
+
+
 _FAMILY_CATALOGS = {
     W8A8GemmSpec.family: _w8a8,
     ActQuantSpec.family: _act_quant,
     Fp8BlockwiseGemmSpec.family: _fp8_gemm,
     Fp8ActQuantSpec.family: _fp8_act_quant,
+    FpAIntBGemvSpec.family: _fpaintb_gemv,
+    FpAIntBDequantSpec.family: _fpaintb_dequant,
 }
 
 

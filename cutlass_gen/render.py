@@ -57,5 +57,6 @@ def render(spec: KernelSpec) -> RenderedKernel:
         template=spec.template,
         spec_json=spec.to_json(),
         spec_repr=repr(spec),
+        **spec.template_context(),
     )
     return RenderedKernel(spec=spec, source=source)

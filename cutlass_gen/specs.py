@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar
 
+from . import fpaintb_layout
+
 # Target SMs the build driver compiles for (sm_90 means sm_90a).
 SUPPORTED_TARGETS = (75, 80, 90)
 
@@ -44,6 +46,10 @@ class KernelSpec:
 
     def supports_target(self, target_sm: int) -> bool:
         return target_sm >= self.arch
+
+    def template_context(self) -> dict:
+        """Values the family's template reads besides the spec itself."""
+        return {}
 
 
 def _shape(value, what: str) -> tuple[int, int, int]:
@@ -278,7 +284,89 @@ class Fp8ActQuantSpec(KernelSpec):
         return f"qgemm_fp8_act_quant_sm{self.arch}_{self.input}_{self.output}"
 
 
-FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec)}
+ACT_TYPES = ("f16", "bf16")
+
+
+def _check_fpaintb(spec, arch_choices: tuple):
+    if spec.act not in ACT_TYPES:
+        raise ValueError(f"act must be one of {ACT_TYPES}, got {spec.act!r}")
+    if spec.bits not in fpaintb_layout.BITS:
+        raise ValueError(f"bits must be one of {fpaintb_layout.BITS}, got {spec.bits!r}")
+    if spec.arch not in arch_choices:
+        raise ValueError(f"arch must be one of {arch_choices} for {spec.family}, got {spec.arch!r}")
+    if spec.act == "bf16" and spec.arch < 80:
+        raise ValueError("act bf16 needs arch 80 or later (Turing has no BF16 tensor-core MMA)")
+
+
+@dataclass(frozen=True)
+class FpAIntBGemvSpec(KernelSpec):
+    """FP16/BF16 activations x INT4/INT8 weights, for small M: codes go from global memory
+    straight into registers, through the lop3/prmt converters, into m16n8k16 MMAs (two m16n8k8
+    on Sm75). A CTA owns 16 * m_tiles rows and 8 * n_tiles columns; warps_k warps split K."""
+
+    family: ClassVar[str] = "fpaintb_gemv"
+    template: ClassVar[str] = "fpaintb_gemv.cu.j2"
+
+    act: str
+    bits: int
+    m_tiles: int = 1
+    n_tiles: int = 4
+    warps_k: int = 4
+    arch: int = 80
+
+    def __post_init__(self):
+        _check_fpaintb(self, (75, 80))
+        if self.m_tiles not in (1, 2, 4):
+            raise ValueError(f"m_tiles must be 1, 2 or 4, got {self.m_tiles!r}")
+        if self.n_tiles not in (1, 2, 4, 8):
+            raise ValueError(f"n_tiles must be 1, 2, 4 or 8, got {self.n_tiles!r}")
+        if self.warps_k not in (1, 2, 4, 8):
+            raise ValueError(f"warps_k must be 1, 2, 4 or 8, got {self.warps_k!r}")
+        # Two register buffers of activations, codes and accumulators: beyond this the kernel spills.
+        if self.m_tiles * self.n_tiles > 8:
+            raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
+
+    @property
+    def act_ctype(self) -> str:
+        return CTYPES[self.act]
+
+    def template_context(self) -> dict:
+        return {"layout": fpaintb_layout.layout(self.bits)}
+
+    @property
+    def name(self) -> str:
+        return (f"qgemm_fpaintb_gemv_sm{self.arch}_{self.act}_int{self.bits}"
+                f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}")
+
+
+@dataclass(frozen=True)
+class FpAIntBDequantSpec(KernelSpec):
+    """Packed INT4/INT8 weight -> FP16/BF16 [N, K] with the GEMM kernels' converters."""
+
+    family: ClassVar[str] = "fpaintb_dequant"
+    template: ClassVar[str] = "fpaintb_dequant.cu.j2"
+
+    act: str
+    bits: int
+    arch: int = 80
+
+    def __post_init__(self):
+        _check_fpaintb(self, (75, 80))
+
+    @property
+    def act_ctype(self) -> str:
+        return CTYPES[self.act]
+
+    def template_context(self) -> dict:
+        return {"layout": fpaintb_layout.layout(self.bits)}
+
+    @property
+    def name(self) -> str:
+        return f"qgemm_fpaintb_dequant_sm{self.arch}_{self.act}_int{self.bits}"
+
+
+FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
+                                        FpAIntBGemvSpec, FpAIntBDequantSpec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

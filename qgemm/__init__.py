@@ -12,13 +12,16 @@ from .w8a8 import (
     w8a8_linear,
 )
 from .fp8 import Fp8Activations, Fp8GemmPlan, Fp8Weight, fp8_linear, quantize_activations_fp8
-from . import nn, reference
+from .fpaintb import FpAIntBPlan, IntBWeight, fpaintb_linear
+from . import nn, reference, wq_format
 
 __all__ = [
     "CudaError",
     "Fp8Activations",
     "Fp8GemmPlan",
     "Fp8Weight",
+    "FpAIntBPlan",
+    "IntBWeight",
     "KernelUnavailableError",
     "NoGpuError",
     "QgemmError",
@@ -26,10 +29,12 @@ __all__ = [
     "W8A8GemmPlan",
     "W8A8Weight",
     "fp8_linear",
+    "fpaintb_linear",
     "nn",
     "quantize_activations_fp8",
     "quantize_activations",
     "w8a8_linear",
     "reference",
+    "wq_format",
 ]
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec, W8A8GemmSpec
+from cutlass_gen.specs import Fp8BlockwiseGemmSpec, FpAIntBDequantSpec, FpAIntBGemvSpec, W8A8GemmSpec
 
 
 def w8a8_tile_for(m: int, n: int, sm_count: int) -> tuple[int, int]:
@@ -101,3 +101,34 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
     if -(-m // 128) * weight_tiles >= 2 * sm_count and k > FP8_SHORT_K:
         return Fp8Choice(Fp8BlockwiseGemmSpec((128, 128), (1, 2), "cooperative", False, output), raster)
     return Fp8Choice(Fp8BlockwiseGemmSpec((64, 128), (1, 1), "pingpong", False, output), raster)
+
+
+# FpA x IntB (W4A16 / W8A16). Up to FPAINTB_GEMV_MAX_M rows the small-M tensor-core kernel reads
+# every weight byte once per 16 * m_tiles rows, so it is bound by weight bandwidth; beyond that
+# the weight is dequantized once into FP16/BF16 and cuBLAS runs the (compute-bound) GEMM.
+# The CTA shape comes from how many columns there are to spread over the SMs: wide tiles
+# (more columns per warp, fewer activation re-loads) while they still give FPAINTB_WAVES CTAs
+# per SM, narrower ones below that; warps_k warps split K inside a CTA.
+FPAINTB_GEMV_MAX_M = 64
+FPAINTB_WAVES = 2
+
+
+@dataclass(frozen=True)
+class FpAIntBChoice:
+    spec: FpAIntBGemvSpec | FpAIntBDequantSpec
+
+    @property
+    def dequantize(self) -> bool:
+        return isinstance(self.spec, FpAIntBDequantSpec)
+
+
+def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
+    if m > FPAINTB_GEMV_MAX_M:
+        return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
+    m_tiles = 1 if m <= 16 else 2 if m <= 32 else 4
+    # int8 codes take twice the registers of int4 per column.
+    widest = min(8 // m_tiles, 4 if bits == 4 else 2)
+    n_tiles = widest
+    while n_tiles > 1 and n // (8 * n_tiles) < FPAINTB_WAVES * sm_count:
+        n_tiles //= 2
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, 4, arch))

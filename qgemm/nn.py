@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from .fp8 import Fp8GemmPlan, Fp8Weight
+from .fpaintb import ACT_DTYPES, FpAIntBPlan, IntBWeight
 
 
 class Fp8Linear(nn.Module):
@@ -60,3 +61,67 @@ class Fp8Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, weight={str(self.weight.dtype).replace('torch.', '')} 128x128 blocks")
+
+
+class QuantLinear(nn.Module):
+    """y = act(x W^T + b) with W an INT4/INT8 weight-only quantized weight (W4A16 / W8A16) and x
+    float16/bfloat16 [..., K]; returns [..., N] in x's dtype.
+
+    Build it on the GPU it will run on: QuantLinear.from_float(linear.cuda(), bits=4, group_size=128),
+    QuantLinear.from_gptq(...), QuantLinear.from_awq(...).
+    """
+
+    def __init__(self, weight: IntBWeight, bias: torch.Tensor | None = None, activation: str = "none"):
+        super().__init__()
+        if not isinstance(weight, IntBWeight):
+            raise TypeError(f"weight must be a qgemm.IntBWeight, got {type(weight).__name__}")
+        self.in_features = weight.k
+        self.out_features = weight.n
+        self.bits = weight.bits
+        self.group_size = weight.group_size
+        self.activation = activation
+        self.qweight = weight
+        self.register_buffer("bias", None if bias is None else bias.detach().contiguous())
+        self._plans: dict[torch.dtype, FpAIntBPlan] = {}
+        self._plan(weight.scale.dtype)  # built eagerly so that bad weights fail here
+
+    def _plan(self, dtype: torch.dtype) -> FpAIntBPlan:
+        plan = self._plans.get(dtype)
+        if plan is None:
+            plan = FpAIntBPlan(self.qweight, act_dtype=dtype, bias=self.bias, activation=self.activation)
+            self._plans[dtype] = plan
+        return plan
+
+    @classmethod
+    def from_float(cls, linear: nn.Linear, bits: int = 4, group_size: int = 128, symmetric: bool = True,
+                   activation: str = "none") -> "QuantLinear":
+        """Round-to-nearest quantization of an nn.Linear (group_size -1: per output channel)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        scale_dtype = w.dtype if w.dtype in ACT_DTYPES else torch.float16
+        weight = IntBWeight.from_float(w, bits, group_size, symmetric, scale_dtype)
+        return cls(weight, linear.bias, activation)
+
+    @classmethod
+    def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bias=None, bits: int = 4,
+                  zero_offset: int = 1) -> "QuantLinear":
+        return cls(IntBWeight.from_gptq(qweight, qzeros, scales, g_idx, bits, zero_offset), bias)
+
+    @classmethod
+    def from_awq(cls, qweight, qzeros, scales, bias=None) -> "QuantLinear":
+        return cls(IntBWeight.from_awq(qweight, qzeros, scales), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (..., {self.in_features}), got {shape}")
+        if x.dtype not in ACT_DTYPES:
+            raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        return self._plan(x.dtype)(x2).reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"int{self.bits}, group_size={self.group_size}")

@@ -1,0 +1,155 @@
+"""FpA x IntB (W4A16 / W8A16) against cuBLAS FP16 and torch's int4 tinygemm, in one run.
+
+    python benchmarks/bench_fpaintb.py [--sweep] [--json out.json] [--quick] [--nk KxN ...] [--m M ...]
+
+Columns (microseconds per call, GPU time under CUDA-graph replay, as in bench_fp8.py):
+  int4      qgemm, INT4 weights, group 128, symmetric, FP16 activations (heuristics.fpaintb_choice)
+  int8      qgemm, INT8 weights, one scale per output channel, FP16 activations
+  cublas    torch.matmul with the FP16 weight (cuBLAS)
+  tinygemm  torch._weight_int4pack_mm, BF16 activations, INT4 group 128
+  floor4    INT4 weight + scale + activation + output bytes over the measured copy bandwidth
+Ratios: cublas / int4 and tinygemm / int4 (> 1: qgemm faster); int4 / floor4.
+With --sweep, every small-M kernel configuration and the dequantize path are timed too (INT4 and
+INT8, M <= 64), and the fastest is printed: the table heuristics.fpaintb_choice was set from.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+
+import torch
+
+import qgemm
+from cutlass_gen.build import build_many
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from qgemm import heuristics
+from timing import bench_graph, copy_bandwidth
+
+SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]
+MS = [1, 16, 64, 256, 4096]
+
+
+def sweep_specs(bits: int, m: int) -> list:
+    specs = []
+    for m_tiles, n_tiles, warps_k in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2, 4, 8)):
+        if m_tiles * n_tiles > 8 or (bits == 8 and n_tiles > 4) or 16 * m_tiles > 2 * max(m, 16):
+            continue
+        specs.append(FpAIntBGemvSpec("f16", bits, m_tiles, n_tiles, warps_k))
+    return specs + [FpAIntBDequantSpec("f16", bits)]
+
+
+def label(spec) -> str:
+    if isinstance(spec, FpAIntBDequantSpec):
+        return "dequant+cuBLAS"
+    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}"
+
+
+def tinygemm(x_bf16, n, k, group=128):
+    """torch's int4 tinygemm with random codes (its speed does not depend on the values)."""
+    w_u8 = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+    packed = torch._convert_weight_to_int4pack(w_u8, 8)
+    scale_zeros = torch.rand(k // group, n, 2, device="cuda", dtype=torch.bfloat16)
+    return lambda: torch._weight_int4pack_mm(x_bf16, packed, group, scale_zeros)
+
+
+def timed(fn) -> float:
+    try:
+        return bench_graph(fn)
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        print(f"  (failed: {str(e)[:100]})")
+        return math.nan
+
+
+def run(shapes, ms, sweep: bool) -> dict:
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    if sweep:  # build the sweep's kernels in parallel up front (they are outside the catalog)
+        specs = {s for bits in (4, 8) for m in ms if m <= 64 for s in sweep_specs(bits, m)}
+        build_many(sorted(specs, key=lambda s: s.name), 90, jobs=16)
+    rows = []
+    for k, n in shapes:
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+        plans = {4: qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 4, 128)),
+                 8: qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 8, -1))}
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            row = {"m": m, "n": n, "k": k}
+            for bits, plan in plans.items():
+                row[f"int{bits}_us"] = timed(lambda: plan(x))
+                row[f"int{bits}_kernel"] = label(plan.choice(m).spec)
+                if sweep and m <= 64:
+                    sweep_times = {}
+                    for spec in sweep_specs(bits, m):
+                        sweep_times[label(spec)] = timed(lambda: plan(x, choice=heuristics.FpAIntBChoice(spec)))
+                    best = min(sweep_times, key=lambda key: sweep_times[key])
+                    row[f"int{bits}_sweep"] = sweep_times
+                    row[f"int{bits}_best"] = (best, sweep_times[best])
+            row["cublas_us"] = timed(lambda: torch.matmul(x, w.t()))
+            xb = x.to(torch.bfloat16)
+            row["tinygemm_us"] = timed(tinygemm(xb, n, k))
+            weight_bytes = n * k // 2 + (k // 128) * n * 2
+            row["floor4_us"] = (weight_bytes + m * k * 2 + m * n * 2) / bw * 1e6
+            rows.append(row)
+            print(_fmt(row), flush=True)
+        del w, plans
+        torch.cuda.empty_cache()
+    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "rows": rows,
+            "summary": summary(rows)}
+
+
+def _geo(values):
+    values = [v for v in values if not math.isnan(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+
+
+def summary(rows) -> dict:
+    out = {}
+    for m in sorted({r["m"] for r in rows}):
+        sel = [r for r in rows if r["m"] == m]
+        out[m] = {"int4_vs_cublas": _geo([r["cublas_us"] / r["int4_us"] for r in sel]),
+                  "int4_vs_tinygemm": _geo([r["tinygemm_us"] / r["int4_us"] for r in sel]),
+                  "int8_vs_cublas": _geo([r["cublas_us"] / r["int8_us"] for r in sel]),
+                  "int4_over_floor": _geo([r["int4_us"] / r["floor4_us"] for r in sel])}
+    return out
+
+
+HEADER = (f"{'M':>5} {'K':>6} {'N':>6} | {'int4':>8} {'int8':>8} {'cublas':>8} {'tinygemm':>8} {'floor4':>7} | "
+          f"{'cub/i4':>6} {'tg/i4':>6} {'i4/fl':>6} {'cub/i8':>6} | kernels int4, int8")
+
+
+def _fmt(r: dict) -> str:
+    best = ""
+    if "int4_best" in r:
+        best = f" | best int4 {r['int4_best'][0]} {r['int4_best'][1]:.1f}, int8 {r['int8_best'][0]} {r['int8_best'][1]:.1f}"
+    return (f"{r['m']:>5} {r['k']:>6} {r['n']:>6} | {r['int4_us']:>8.1f} {r['int8_us']:>8.1f} {r['cublas_us']:>8.1f} "
+            f"{r['tinygemm_us']:>8.1f} {r['floor4_us']:>7.1f} | {r['cublas_us'] / r['int4_us']:>5.2f}x "
+            f"{r['tinygemm_us'] / r['int4_us']:>5.2f}x {r['int4_us'] / r['floor4_us']:>5.2f}x "
+            f"{r['cublas_us'] / r['int8_us']:>5.2f}x | {r['int4_kernel']}, {r['int8_kernel']}{best}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="bench_fpaintb.json")
+    ap.add_argument("--sweep", action="store_true", help="time every small-M configuration too")
+    ap.add_argument("--quick", action="store_true", help="first shape only")
+    ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
+    ap.add_argument("--m", action="append", type=int, help="only these M")
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
+    print(HEADER)
+    result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s; times in us")
+    print(HEADER)
+    for r in result["rows"]:
+        print(_fmt(r))
+    for m, s in result["summary"].items():
+        print(f"M={m:>5}: int4 vs cuBLAS {s['int4_vs_cublas']:.2f}x, vs tinygemm {s['int4_vs_tinygemm']:.2f}x, "
+              f"int4/floor {s['int4_over_floor']:.2f}x, int8 vs cuBLAS {s['int8_vs_cublas']:.2f}x (geomeans)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""FpA x IntB: FP16/BF16 activations x INT4/INT8 weights (W4A16, W8A16), FP32 accumulation.
+
+    out[M, N] = act(x[M, K] @ W[K, N] + bias),  W[k, n] = (u[k, n] - zero[k // g, n]) * scale[k // g, n]
+
+u are unsigned codes (signed weights carry the bias 2**(bits-1)); zero is per (group, column),
+or the symmetric 2**(bits-1) when the weight has none; g is the group size along K (32, 64, 128,
+256, or K for one scale per output channel). The weight is packed once into the layout of
+cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
+(qgemm.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
+global memory, or, for large M, dequantization into FP16/BF16 followed by cuBLAS.
+
+Layouts (explicit, as the kernels read them):
+  packed   uint8 [N / interleave, K * interleave * bits / 8]   (interleave 4 for int4, 2 for int8)
+  scale    activation dtype [K / g, N], row-major
+  zero     uint8 [K / g, N] or None
+  perm     int64 [K] or None: GPTQ act-order; the plan computes x[:, perm] @ W
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from cutlass_gen.fpaintb_layout import layout
+from cutlass_gen.specs import FpAIntBDequantSpec
+
+from . import _checks, fpaintb_pack, heuristics, wq_format
+from ._abi import QgemmProblem
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
+
+ACT_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+GROUP_SIZES = (32, 64, 128, 256)
+ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3}
+_WHAT = "qgemm FpA x IntB GEMM"
+
+
+def _check_group_size(group_size: int, k: int):
+    if group_size != k and group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES} or K={k} (per output channel), got {group_size}")
+    if k % group_size:
+        raise ValueError(f"group_size {group_size} must divide K={k}")
+
+
+@dataclass(frozen=True)
+class IntBWeight:
+    """A weight packed for the FpA x IntB kernels (module docstring for the layouts)."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor | None
+    bits: int
+    group_size: int
+    k: int
+    n: int
+    perm: torch.Tensor | None = None
+
+    @classmethod
+    def from_int_weight(cls, w: wq_format.IntWeight) -> "IntBWeight":
+        """Pack a logical weight (qgemm.wq_format.IntWeight: codes [K, N], scales, zeros)."""
+        if not isinstance(w, wq_format.IntWeight):
+            raise TypeError(f"w must be a qgemm.wq_format.IntWeight, got {type(w).__name__}")
+        k, n = w.u.shape
+        _check_group_size(w.group_size, k)
+        if w.scale.dtype not in ACT_DTYPES:
+            raise TypeError(f"w.scale must be float16 or bfloat16, got {w.scale.dtype}")
+        packed = fpaintb_pack.pack(w.u.contiguous(), w.bits)
+        zero = w.zero.contiguous() if w.zero is not None else None
+        return cls(packed, w.scale.contiguous(), zero, w.bits, w.group_size, k, n, w.perm)
+
+    @classmethod
+    def from_float(cls, weight: torch.Tensor, bits: int = 4, group_size: int = 128, symmetric: bool = True,
+                   scale_dtype: torch.dtype | None = None) -> "IntBWeight":
+        """Round-to-nearest quantization of an nn.Linear weight [N, K] (out x in features).
+        group_size -1 means one scale per output channel."""
+        _checks.tensor("weight", weight, (torch.float16, torch.bfloat16, torch.float32), ndim=2)
+        n, k = weight.shape
+        lay = layout(bits)
+        fpaintb_pack.check_packable("weight", k, n, lay)
+        if group_size != -1:
+            _check_group_size(group_size, k)
+        return cls.from_int_weight(wq_format.quantize_rtn(weight, bits, group_size, symmetric, scale_dtype))
+
+    @classmethod
+    def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, zero_offset: int = 1) -> "IntBWeight":
+        """GPTQ checkpoint tensors (qweight int32 [K*bits/32, N], qzeros, scales [K/g, N], g_idx);
+        act-order g_idx becomes `perm`. See qgemm.wq_format.from_gptq for the definition."""
+        return cls.from_int_weight(wq_format.from_gptq(qweight, qzeros, scales, g_idx, bits, zero_offset))
+
+    @classmethod
+    def from_awq(cls, qweight, qzeros, scales) -> "IntBWeight":
+        """AutoAWQ GEMM checkpoint tensors (qweight int32 [K, N/8] in AWQ's nibble order, qzeros, scales)."""
+        return cls.from_int_weight(wq_format.from_awq(qweight, qzeros, scales))
+
+    @property
+    def device(self) -> torch.device:
+        return self.packed.device
+
+    def to(self, device) -> "IntBWeight":
+        move = (lambda t: t.to(device) if t is not None else None)  # noqa: E731
+        return IntBWeight(move(self.packed), move(self.scale), move(self.zero), self.bits, self.group_size,
+                          self.k, self.n, move(self.perm))
+
+    def codes(self) -> torch.Tensor:
+        """The unsigned codes u [K, N] in stored row order (unpacked)."""
+        return fpaintb_pack.unpack(self.packed, self.bits, self.k, self.n)
+
+    def dequantize(self) -> torch.Tensor:
+        """float64 [K, N] in the original row order (act-order undone): x @ this == the layer."""
+        g = self.group_size
+        zero = self.zero if self.zero is not None else torch.full_like(self.scale, 2 ** (self.bits - 1),
+                                                                       dtype=torch.uint8)
+        u = self.codes().double()
+        z = zero.double().repeat_interleave(g, dim=0)
+        s = self.scale.double().repeat_interleave(g, dim=0)
+        w = (u - z) * s
+        if self.perm is not None:
+            w = torch.empty_like(w).index_copy_(0, self.perm.to(w.device), w)
+        return w
+
+
+def _check_weight(weight: IntBWeight):
+    if not isinstance(weight, IntBWeight):
+        raise TypeError(f"weight must be a qgemm.IntBWeight, got {type(weight).__name__}")
+    lay = layout(weight.bits)
+    k, n = weight.k, weight.n
+    fpaintb_pack.check_packable("weight", k, n, lay)
+    _check_group_size(weight.group_size, k)
+    _checks.tensor("weight.packed", weight.packed, (torch.uint8,), ndim=2)
+    _checks.cuda_device("weight.packed", weight.packed)
+    _checks.shape("weight.packed", weight.packed, lay.packed_shape(k, n))
+    _checks.contiguous("weight.packed", weight.packed)
+    if weight.packed.data_ptr() % 16:
+        raise ValueError("weight.packed must start at a 16-byte aligned address (16-byte loads)")
+    device = weight.packed.device
+    _checks.tensor("weight.scale", weight.scale, tuple(ACT_DTYPES), ndim=2)
+    _checks.shape("weight.scale", weight.scale, (k // weight.group_size, n))
+    _checks.same_device("weight.scale", weight.scale, device)
+    if weight.zero is not None:
+        _checks.tensor("weight.zero", weight.zero, (torch.uint8,), ndim=2)
+        _checks.shape("weight.zero", weight.zero, (k // weight.group_size, n))
+        _checks.same_device("weight.zero", weight.zero, device)
+    if weight.perm is not None:
+        _checks.tensor("weight.perm", weight.perm, (torch.int64, torch.int32), ndim=1)
+        _checks.shape("weight.perm", weight.perm, (k,))
+        _checks.same_device("weight.perm", weight.perm, device)
+
+
+class FpAIntBPlan:
+    """A callable weight-only quantized linear layer: plan(x) = act(x @ W + bias) for x [M, K]
+    float16/bfloat16 on the weight's device, on torch's current stream.
+
+    Everything is checked at construction and on each call before any launch."""
+
+    def __init__(self, weight: IntBWeight, *, act_dtype: torch.dtype = torch.float16,
+                 bias: torch.Tensor | None = None, activation: str = "none"):
+        _check_weight(weight)
+        if act_dtype not in ACT_DTYPES:
+            raise TypeError(f"act_dtype must be one of {tuple(ACT_DTYPES)}, got {act_dtype}")
+        device = weight.device
+        self.target_sm = _checks.target_sm(device, 75, _WHAT)
+        if act_dtype == torch.bfloat16 and self.target_sm < 80:
+            raise ValueError(f"act_dtype bfloat16 needs sm80 or later (Turing has no BF16 tensor cores); "
+                             f"device {device} is sm75: use float16")
+        _checks.one_of("activation", activation, tuple(ACTIVATIONS))
+        if bias is not None:
+            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
+            _checks.shape("bias", bias, (weight.n,))
+            _checks.same_device("bias", bias, device)
+            bias = bias.to(act_dtype).contiguous()
+        self.weight = weight
+        self.act_dtype = act_dtype
+        self.bias = bias
+        self.activation = activation
+        self.device = device
+        self._act = ACT_DTYPES[act_dtype]
+        self._arch = 75 if self.target_sm == 75 else 80
+        # The kernels read scales in the activation type.
+        self._scale = weight.scale.to(act_dtype).contiguous()
+        self._perm = weight.perm.long() if weight.perm is not None else None
+        self._sm_count = sm_count(device)
+        self._device_index = device.index
+        self._call = CallBuffers()
+        self._per_m: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+        self._problem = self._fixed_problem()
+
+    def _fixed_problem(self) -> QgemmProblem:
+        w = self.weight
+        p = QgemmProblem()
+        p.n, p.k = w.n, w.k
+        p.ptr[1] = w.packed.data_ptr()
+        p.ptr[2] = self._scale.data_ptr()
+        p.ptr[3] = w.zero.data_ptr() if w.zero is not None else None
+        p.ld[1] = w.packed.shape[1]
+        p.ext[0] = w.group_size
+        return p
+
+    def choice(self, m: int) -> heuristics.FpAIntBChoice:
+        """The kernel this plan uses for M rows."""
+        w = self.weight
+        return heuristics.fpaintb_choice(m, w.n, w.k, w.bits, self._act, self._arch, self._sm_count)
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
+        """`choice` (a heuristics.FpAIntBChoice) overrides the heuristic, for tuning."""
+        w = self.weight
+        _checks.tensor("x", x, (self.act_dtype,), ndim=2)
+        _checks.cuda_device("x", x, self.device)
+        _checks.contiguous("x", x)
+        m = x.shape[0]
+        if m == 0 or x.shape[1] != w.k:
+            raise ValueError(f"x must have shape (M >= 1, {w.k}), got {tuple(x.shape)}")
+        if x.data_ptr() % 16:
+            raise ValueError("x must start at a 16-byte aligned address (16-byte loads): pass a .clone()d tensor")
+        if out is not None:
+            _checks.tensor("out", out, (self.act_dtype,), ndim=2)
+            _checks.shape("out", out, (m, w.n))
+            _checks.cuda_device("out", out, self.device)
+            _checks.contiguous("out", out)
+            if out.data_ptr() % 4:
+                raise ValueError("out must start at a 4-byte aligned address (paired stores)")
+        if self._perm is not None:
+            x = x.index_select(1, self._perm)
+        if choice is None:
+            choice, kernel, launch = cached(self._per_m, m, lambda: self._prepare(m, None))
+        else:
+            choice, kernel, launch = self._prepare(m, choice)
+        if choice.dequantize:
+            return self._dequantize_then_matmul(x, out, kernel, launch)
+        if out is None:
+            out = torch.empty((m, w.n), dtype=self.act_dtype, device=self.device)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            p.m = m
+            p.ptr[0], p.ptr[4], p.ptr[5] = x.data_ptr(), self._bias_ptr(), out.data_ptr()
+            p.ld[0], p.ld[2] = w.k, w.n
+            p.ext[1] = ACTIVATIONS[self.activation]
+            kernel.launch(p, launch, self._device_index, stream, 0, self._call)
+        return out
+
+    def _bias_ptr(self):
+        return self.bias.data_ptr() if self.bias is not None else None
+
+    def _prepare(self, m: int, choice):
+        choice = choice or self.choice(m)
+        spec = choice.spec
+        if (spec.act, spec.bits) != (self._act, self.weight.bits) or not spec.supports_target(self.target_sm):
+            raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits}, "
+                             f"sm{self.target_sm})")
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._problem
+            p.m = m
+            p.ld[0], p.ld[2] = self.weight.k, (self.weight.k if choice.dequantize else self.weight.n)
+            p.ext[1] = ACTIVATIONS[self.activation]
+            launch = kernel.plan(p)
+        return choice, kernel, launch
+
+    def dequantize(self) -> torch.Tensor:
+        """W^T as the kernels see it: [N, K] in the activation dtype, stored row order."""
+        spec = FpAIntBDequantSpec(self._act, self.weight.bits, self._arch)
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._problem
+            p.ld[2] = self.weight.k
+            launch = kernel.plan(p)
+        return self._run_dequant(kernel, launch)
+
+    def _run_dequant(self, kernel, launch) -> torch.Tensor:
+        w = self.weight
+        dense = torch.empty((w.n, w.k), dtype=self.act_dtype, device=self.device)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            p.ptr[5] = dense.data_ptr()
+            p.ld[2] = w.k
+            kernel.launch(p, launch, self._device_index, stream, 0, self._call)
+        return dense
+
+    def _dequantize_then_matmul(self, x, out, kernel, launch) -> torch.Tensor:
+        # Large M is compute bound: one dequantization (a weight-sized write) then cuBLAS.
+        dense = self._run_dequant(kernel, launch)
+        y = F.linear(x, dense, self.bias)
+        if self.activation == "relu":
+            y = F.relu(y)
+        elif self.activation == "silu":
+            y = F.silu(y)
+        elif self.activation == "gelu":
+            y = F.gelu(y)
+        if out is not None:
+            out.copy_(y)
+            return out
+        return y
+
+
+def fpaintb_linear(x: torch.Tensor, weight: IntBWeight, bias: torch.Tensor | None = None,
+                   activation: str = "none") -> torch.Tensor:
+    """One-shot form of FpAIntBPlan (the plan is built on each call; keep a plan for repeated use)."""
+    return FpAIntBPlan(weight, act_dtype=x.dtype if isinstance(x, torch.Tensor) and x.dtype in ACT_DTYPES
+                       else torch.float16, bias=bias, activation=activation)(x)

@@ -1,0 +1,294 @@
+"""FpA x IntB without a GPU: the packed layout bit for bit, specs, catalog, heuristic, rendering,
+the compiled host library's planning, and argument checks before any launch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qgemm
+from cutlass_gen.catalog import catalog
+from cutlass_gen.fpaintb_layout import LAYOUTS, layout
+from cutlass_gen.render import render
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from qgemm import _checks, heuristics, wq_format
+from qgemm import fpaintb as fpaintb_mod
+from qgemm._abi import HostLibrary, QgemmProblem
+from qgemm.fpaintb_pack import pack, unpack
+
+from conftest import requires_nvcc
+
+
+# --- the packed layout ---------------------------------------------------------------------------
+
+def pack_by_definition(u: torch.Tensor, bits: int) -> torch.Tensor:
+    """The layout spelled out element by element from cutlass_gen/fpaintb_layout.py's docstring
+    (slow; an independent check of the vectorized packer)."""
+    lay = layout(bits)
+    k, n = u.shape
+    out = torch.zeros(lay.packed_shape(k, n), dtype=torch.uint8)
+    tile_bytes = lay.tile_rows * bits // 8
+    for col in range(n):
+        for stored_row in range(k):
+            base = stored_row - stored_row % lay.permute_rows
+            logical_row = base + lay.row_permutation[stored_row % lay.permute_rows]      # 1. row permutation
+            code = int(u[logical_row, col])
+            word, position = divmod(stored_row, lay.codes_per_word)                      # 2. column-major words
+            slot = lay.word_order.index(position)                                        # 4. converter order
+            bit = word * 32 + slot * bits                                                # bit offset in the column
+            byte_in_column, shift = divmod(bit, 8)
+            tile, byte_in_tile = divmod(byte_in_column, tile_bytes)                      # 3. interleave
+            line_offset = tile * lay.line_bytes + (col % lay.interleave) * tile_bytes + byte_in_tile
+            out[col // lay.interleave, line_offset] |= code << shift
+    return out
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("k, n", [(64, 8), (128, 16), (192, 24)])
+def test_pack_matches_the_layout_definition_bit_for_bit(bits, k, n):
+    g = torch.Generator().manual_seed(k + n + bits)
+    u = torch.randint(0, 2 ** bits, (k, n), generator=g, dtype=torch.uint8)
+    packed = pack(u, bits)
+    assert torch.equal(packed, pack_by_definition(u, bits))
+    assert torch.equal(unpack(packed, bits, k, n), u)
+
+
+def test_pack_known_bytes():
+    # int4, column 0, rows 0..7 hold codes 1..8: the first word of column 0 holds the stored rows
+    # 0..7 = logical rows 0, 1, 8, 9, 16, 17, 24, 25 in nibble order e0 e2 e4 e6 e1 e3 e5 e7.
+    u = torch.zeros(64, 8, dtype=torch.uint8)
+    for r, code in zip((0, 1, 8, 9, 16, 17, 24, 25), (1, 2, 3, 4, 5, 6, 7, 8)):
+        u[r, 0] = code
+    word = pack(u, 4)[0, :4]
+    value = int.from_bytes(bytes(word.tolist()), "little")
+    nibbles = [(value >> (4 * i)) & 0xF for i in range(8)]
+    assert nibbles == [1, 3, 5, 7, 2, 4, 6, 8]
+    # int8: the first word of column 0 holds logical rows 0, 1, 8, 9 as bytes e0 e2 e1 e3.
+    u = torch.zeros(64, 8, dtype=torch.uint8)
+    for r, code in zip((0, 1, 8, 9), (10, 20, 30, 40)):
+        u[r, 0] = code
+    assert pack(u, 8)[0, :4].tolist() == [10, 30, 20, 40]
+
+
+def test_layout_facts():
+    for bits, lay in LAYOUTS.items():
+        assert lay.line_bytes == 128
+        assert sorted(lay.row_permutation) == list(range(lay.permute_rows))
+        assert sorted(lay.word_order) == list(range(lay.codes_per_word))
+    with pytest.raises(ValueError, match="bits must be one of"):
+        layout(3)
+
+
+@pytest.mark.parametrize("k, n, fragment", [
+    (96, 8, "K must be a positive multiple of 64"),
+    (64, 12, "N must be a positive multiple of 8"),
+])
+def test_pack_rejects_unaligned(k, n, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        pack(torch.zeros(k, n, dtype=torch.uint8), 4)
+    with pytest.raises(TypeError, match="u must be a 2-D uint8 tensor"):
+        pack(torch.zeros(64, 8, dtype=torch.int8), 4)
+
+
+def test_weight_dequantize_round_trip():
+    """IntBWeight keeps the logical weight: unpacked codes, scales and zeros give it back."""
+    g = torch.Generator().manual_seed(3)
+    u = torch.randint(0, 16, (256, 16), generator=g, dtype=torch.uint8)
+    scale = torch.rand(2, 16, generator=g).half() + 0.1
+    zero = torch.randint(0, 16, (2, 16), generator=g, dtype=torch.uint8)
+    logical = wq_format.IntWeight(u, scale, zero, 4, 128, None)
+    packed = qgemm.IntBWeight.from_int_weight(logical)
+    assert torch.equal(packed.codes(), u)
+    assert torch.equal(packed.dequantize(), logical.dequantize())
+
+
+# --- specs, catalog, heuristic, rendering --------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(act="f32", bits=4), "act must be one of"),
+    (dict(act="f16", bits=2), "bits must be one of"),
+    (dict(act="bf16", bits=4, arch=75), "act bf16 needs arch 80"),
+    (dict(act="f16", bits=4, m_tiles=4, n_tiles=4), "m_tiles \\* n_tiles must be at most 8"),
+    (dict(act="f16", bits=4, warps_k=3), "warps_k must be"),
+])
+def test_gemv_spec_rejects(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        FpAIntBGemvSpec(**kwargs)
+
+
+def test_names_and_catalog():
+    assert FpAIntBGemvSpec("bf16", 4, 2, 4, 4).name == "qgemm_fpaintb_gemv_sm80_bf16_int4_m32_n32_wk4"
+    assert FpAIntBDequantSpec("f16", 8, 75).name == "qgemm_fpaintb_dequant_sm75_f16_int8"
+    sm75 = catalog(75, "fpaintb_gemv")
+    assert sm75 and all(s.arch == 75 and s.act == "f16" for s in sm75)
+    for sm in (80, 90):
+        specs = catalog(sm, "fpaintb_gemv") + catalog(sm, "fpaintb_dequant")
+        assert {s.act for s in specs} == {"f16", "bf16"} and all(s.arch == 80 for s in specs)
+
+
+SHAPES = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192),
+          (64, 8), (320, 24)]
+
+
+def test_heuristic_choices_are_in_the_catalog():
+    """No shape the heuristic can see compiles at run time."""
+    for sm, arch, acts in ((75, 75, ("f16",)), (80, 80, ("f16", "bf16")), (90, 80, ("f16", "bf16"))):
+        built = set(catalog(sm))
+        for k, n in SHAPES:
+            for m in (1, 2, 16, 17, 33, 64, 65, 256, 4096):
+                for bits in (4, 8):
+                    for act in acts:
+                        choice = heuristics.fpaintb_choice(m, n, k, bits, act, arch, 132)
+                        assert choice.spec in built, (sm, m, n, k, bits, act, choice.spec.name)
+                        assert choice.dequantize == (m > heuristics.FPAINTB_GEMV_MAX_M)
+
+
+def test_heuristic_tiles():
+    small = heuristics.fpaintb_choice(1, 28672, 8192, 4, "f16", 80, 132).spec
+    assert (small.m_tiles, small.n_tiles) == (1, 4)
+    narrow = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
+    assert narrow.n_tiles < small.n_tiles  # fewer columns: narrower CTAs to fill the SMs
+    assert heuristics.fpaintb_choice(64, 28672, 8192, 4, "f16", 80, 132).spec.m_tiles == 4
+
+
+def test_templates_render_the_layout():
+    for bits in (4, 8):
+        lay = layout(bits)
+        source = render(FpAIntBGemvSpec("f16", bits)).source
+        assert f"constexpr int kInterleave = {lay.interleave};" in source
+        assert f"constexpr int kLineBytes = {lay.line_bytes};" in source
+        assert "FpAIntBGemvSpec(" in source.split("\n", 6)[4]  # the header names the spec
+        assert f"constexpr int kBits = {bits};" in render(FpAIntBDequantSpec("bf16", bits)).source
+
+
+# --- the compiled host library -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gemv_library(tmp_path_factory):
+    import os
+
+    from cutlass_gen.build import build
+
+    old = os.environ.get("QGEMM_CACHE_DIR")
+    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
+    try:
+        return HostLibrary(str(build(FpAIntBGemvSpec("f16", 4, 2, 4, 4), 80).so_path))
+    finally:
+        if old is None:
+            del os.environ["QGEMM_CACHE_DIR"]
+        else:
+            os.environ["QGEMM_CACHE_DIR"] = old
+
+
+def gemv_problem(m, n, k, group_size=128, ld_w=None):
+    p = QgemmProblem()
+    p.m, p.n, p.k = m, n, k
+    p.ld[0], p.ld[1], p.ld[2] = k, ld_w if ld_w is not None else k * 2, n
+    p.ext[0], p.ext[1] = group_size, 0
+    return p
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_gemv_plans_grid_and_shared_memory(gemv_library):
+    status, launch = gemv_library.plan(gemv_problem(40, 4096, 4096))
+    assert status == 0, gemv_library.status_string(status)
+    assert tuple(launch.grid) == (4096 // 32, 2, 1) and launch.block[0] == 128
+    assert launch.smem_bytes == 4 * 2 * 4 * 4 * 32 * 4
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("problem, why", [
+    (gemv_problem(1, 4096, 4096, group_size=96), "group size not a multiple of 32"),
+    (gemv_problem(1, 4096, 4096, group_size=1024 + 512), "group size not dividing K"),
+    (gemv_problem(1, 4100, 4096), "N not a multiple of 8"),
+    (gemv_problem(1, 4096, 4000), "K not a multiple of 64"),
+    (gemv_problem(1, 4096, 4096, ld_w=4096), "packed row length wrong for int4"),
+    (gemv_problem(0, 4096, 4096), "empty M"),
+])
+def test_gemv_plan_rejects(gemv_library, problem, why):
+    status, _ = gemv_library.plan(problem)
+    assert status != 0, why
+
+
+# --- argument checks (before any launch) ---------------------------------------------------------
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """CPU tensors pretend to live on a GPU of a chosen SM, to reach the checks past the device."""
+    def use(capability=(9, 0)):
+        monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(fpaintb_mod, "sm_count", lambda device: 132)
+    return use
+
+
+def int_weight(k=256, n=16, bits=4, group_size=128, zeros=False):
+    return qgemm.IntBWeight.from_float(torch.randn(n, k), bits, group_size, symmetric=not zeros)
+
+
+def test_plan_needs_cuda_weights():
+    with pytest.raises(ValueError, match="weight.packed must be on a CUDA device"):
+        qgemm.FpAIntBPlan(int_weight())
+    with pytest.raises(TypeError, match="weight must be a qgemm.IntBWeight, got Tensor"):
+        qgemm.FpAIntBPlan(torch.zeros(8, 128))
+
+
+def test_bf16_on_sm75_is_refused(fake_gpu):
+    fake_gpu((7, 5))
+    with pytest.raises(ValueError, match="act_dtype bfloat16 needs sm80 or later .* sm75"):
+        qgemm.FpAIntBPlan(int_weight(), act_dtype=torch.bfloat16)
+    qgemm.FpAIntBPlan(int_weight(), act_dtype=torch.float16)  # FP16 is fine on Turing
+    fake_gpu((7, 0))
+    with pytest.raises(ValueError, match="needs sm75 or later"):
+        qgemm.FpAIntBPlan(int_weight())
+
+
+def test_from_float_rejects(fake_gpu):
+    with pytest.raises(ValueError, match="group_size 128 must divide K=192|K must be a positive multiple of 64"):
+        qgemm.IntBWeight.from_float(torch.randn(16, 200), 4, 128)
+    with pytest.raises(ValueError, match="group_size 128 must divide K=192"):
+        qgemm.IntBWeight.from_float(torch.randn(16, 192), 4, 128)
+    with pytest.raises(ValueError, match="group_size must be one of"):
+        qgemm.IntBWeight.from_float(torch.randn(16, 192), 4, 96)
+    with pytest.raises(ValueError, match="N must be a positive multiple of 8"):
+        qgemm.IntBWeight.from_float(torch.randn(12, 256), 4, 128)
+
+
+def _replace(w, **changes):
+    import dataclasses
+    return dataclasses.replace(w, **changes)
+
+
+@pytest.mark.parametrize("change, exc, fragment", [
+    (lambda w: _replace(w, packed=w.packed[:, :-16].contiguous()), ValueError, "weight.packed must have shape"),
+    (lambda w: _replace(w, scale=w.scale[:1]), ValueError, "weight.scale must have shape (2, 16)"),
+    (lambda w: _replace(w, scale=w.scale.float()), TypeError, "weight.scale must have dtype float16, bfloat16"),
+    (lambda w: _replace(w, zero=torch.zeros(2, 8, dtype=torch.uint8)), ValueError, "weight.zero must have shape"),
+    (lambda w: _replace(w, group_size=96), ValueError, "group_size must be one of"),
+])
+def test_plan_rejects_bad_weights(fake_gpu, change, exc, fragment):
+    fake_gpu()
+    with pytest.raises(exc) as e:
+        qgemm.FpAIntBPlan(change(int_weight()))
+    assert fragment in str(e.value)
+
+
+def test_plan_rejects_bad_options_and_inputs(fake_gpu):
+    fake_gpu()
+    w = int_weight()
+    with pytest.raises(TypeError, match="act_dtype must be one of"):
+        qgemm.FpAIntBPlan(w, act_dtype=torch.float32)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        qgemm.FpAIntBPlan(w, activation="tanh")
+    with pytest.raises(ValueError, match=r"bias must have shape \(16,\)"):
+        qgemm.FpAIntBPlan(w, bias=torch.zeros(15))
+    plan = qgemm.FpAIntBPlan(w)
+    with pytest.raises(ValueError, match=r"x must have shape \(M >= 1, 256\), got \(2, 128\)"):
+        plan(torch.zeros(2, 128, dtype=torch.float16))
+    with pytest.raises(TypeError, match="x must have dtype float16; got bfloat16"):
+        plan(torch.zeros(2, 256, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        plan(torch.zeros(256, 2, dtype=torch.float16).t())
+    with pytest.raises(ValueError, match=r"out must have shape \(2, 16\)"):
+        plan(torch.zeros(2, 256, dtype=torch.float16), torch.empty(2, 8, dtype=torch.float16))

@@ -1,0 +1,214 @@
+"""FpA x IntB kernels on the GPU against float64 references of the same quantized weights.
+
+The reference is x (float64, from the very FP16/BF16 values the kernel reads) times the
+dequantized weight (u - zero) * scale in float64, plus bias, then the activation.
+
+Error bounds (||out - ref|| / ||ref||):
+  * converters (dequantization kernel with scale 1 or 2^-3): bit-exact. (u - zero) is a small
+    integer, exact in FP16 and BF16, and a power-of-two scale multiplies exactly.
+  * GEMM, float16: 2e-3. The kernels form each weight as (u - zero) * scale rounded once to
+    float16 (relative error <= 2^-11, random in sign) before FP32-accumulated tensor-core MMAs,
+    and round the output once to float16 (<= 2^-11 relative). Together about 2^-11 * 1.2 RMS
+    (6e-4); 2e-3 leaves 3x headroom.
+  * GEMM, bfloat16: 1e-2. The same two roundings at 2^-9 each: about 2.3e-3 RMS; 4x headroom.
+  * The dequantize-then-cuBLAS path rounds the same two places, so it has the same bounds.
+Outputs are poisoned with NaN before each launch, so an unwritten element fails.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import qgemm
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from qgemm import heuristics, wq_format
+from qgemm.fpaintb import IntBWeight
+
+from gpu_util import randn, rel_err
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0),
+                       reason="needs an sm80 or later GPU"),
+]
+
+ODD_M = (1, 3, 17, 1000)
+BOUND = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+ACTS = (torch.float16, torch.bfloat16)
+
+
+def random_weight(k, n, bits, group_size, zeros: bool, dtype, seed=0) -> IntBWeight:
+    """Random codes, positive scales (never zero) and optional zero points."""
+    g = torch.Generator().manual_seed(seed)
+    groups = k // group_size
+    u = torch.randint(0, 2 ** bits, (k, n), generator=g, dtype=torch.uint8)
+    scale = (torch.rand(groups, n, generator=g) * 0.02 + 0.005).to(dtype)
+    zero = torch.randint(0, 2 ** bits, (groups, n), generator=g, dtype=torch.uint8) if zeros else None
+    w = wq_format.IntWeight(u, scale, zero, bits, group_size, None)
+    return IntBWeight.from_int_weight(w).to("cuda")
+
+
+def reference(x, weight: IntBWeight, bias=None, activation="none"):
+    out = x.double() @ weight.dequantize()
+    if bias is not None:
+        out = out + bias.double()
+    return {"none": lambda t: t, "relu": F.relu, "silu": F.silu, "gelu": F.gelu}[activation](out)
+
+
+def run(plan, x, choice=None):
+    out = torch.full((x.shape[0], plan.weight.n), float("nan"), dtype=x.dtype, device="cuda")
+    result = plan(x, out, choice=choice)
+    torch.cuda.synchronize()
+    assert result.data_ptr() == out.data_ptr()
+    return out
+
+
+# ---- converters: every code, exactly ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("zeros", (False, True))
+def test_converters_exhaustive(bits, dtype, zeros):
+    k, n = 512, 64
+    codes = 2 ** bits
+    kk, nn_ = torch.meshgrid(torch.arange(k), torch.arange(n), indexing="ij")
+    u = ((kk + 3 * nn_) % codes).to(torch.uint8)        # every code in every column
+    groups = k // 32
+    zero = (torch.arange(groups * n).reshape(groups, n) % codes).to(torch.uint8) if zeros else None
+    for scale_value in (1.0, 0.125):
+        scale = torch.full((groups, n), scale_value, dtype=dtype)
+        weight = IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zero, bits, 32, None)).to("cuda")
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype)
+        dense = plan.dequantize()
+        expected = weight.dequantize().t().to(dtype)
+        assert torch.equal(dense.cpu(), expected.cpu()), f"int{bits} -> {dtype}: converter is not exact"
+    assert set(u.unique().tolist()) == set(range(codes))
+
+
+# ---- GEMM: every kernel, dtype, width and group size, odd shapes -----------------------------
+
+def _shapes(group_size):
+    # N = 8 and K = 64 are the smallest legal sizes; K = 320 ends on half a 128-row block.
+    if group_size in (32, 64):
+        return [(8, 64 if group_size == 64 else 64), (24, 320)]
+    return [(8, 2 * group_size), (136, 3 * group_size)]
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("group_size", (32, 64, 128, 256, "channel"))
+@pytest.mark.parametrize("zeros", (False, True))
+def test_gemm_odd_shapes(bits, dtype, group_size, zeros):
+    shapes = _shapes(128) if group_size == "channel" else _shapes(group_size)
+    for n, k in shapes:
+        g = k if group_size == "channel" else group_size
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype)
+        for m in ODD_M:
+            x = randn(m, k, dtype=dtype, seed=m)
+            err = rel_err(run(plan, x), reference(x, weight))
+            assert err < BOUND[dtype], (m, n, k, g, plan.choice(m).spec.name, err)
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+def test_every_catalog_kernel(bits, dtype):
+    """Each small-M kernel of the catalog (and Sm75's two-step MMA, on FP16), at M = 1, 17 and
+    64 and beyond its own tile (M = 100 runs several CTAs along M)."""
+    from cutlass_gen.catalog import catalog
+    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
+    specs = [s for s in catalog(target, FpAIntBGemvSpec.family) if s.act == qgemm.fpaintb.ACT_DTYPES[dtype]
+             and s.bits == bits]
+    if dtype == torch.float16:
+        specs += [FpAIntBGemvSpec("f16", bits, 1, 2, 4, arch=75), FpAIntBGemvSpec("f16", bits, 2, 1, 2, arch=75)]
+    specs += [FpAIntBGemvSpec(qgemm.fpaintb.ACT_DTYPES[dtype], bits, 1, 1, w) for w in (1, 2, 8)]
+    n, k = 72, 704  # 9 column tiles, K ends on half a block
+    weight = random_weight(k, n, bits, 64, True, dtype, seed=7)
+    plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=3))
+    for spec in specs:
+        for m in (1, 17, 64, 100):
+            x = randn(m, k, dtype=dtype, seed=m)
+            err = rel_err(run(plan, x, heuristics.FpAIntBChoice(spec)), reference(x, weight, plan.bias))
+            assert err < BOUND[dtype], (spec.name, m, err)
+
+
+@pytest.mark.parametrize("activation", ("relu", "silu", "gelu"))
+def test_bias_and_activation(activation):
+    n, k = 264, 1024
+    for m in (1, 17, 200):  # the small-M kernel's epilogue, then dequantize + cuBLAS
+        weight = random_weight(k, n, 4, 128, False, torch.float16, seed=1)
+        bias = randn(n, dtype=torch.float16, seed=2)
+        plan = qgemm.FpAIntBPlan(weight, bias=bias, activation=activation)
+        x = randn(m, k, dtype=torch.float16, seed=m)
+        err = rel_err(run(plan, x), reference(x, weight, bias, activation))
+        assert err < BOUND[torch.float16], (m, activation, err)
+
+
+def test_dequantize_path_and_forced_choices():
+    n, k = 128, 512
+    weight = random_weight(k, n, 4, 128, True, torch.bfloat16, seed=5)
+    plan = qgemm.FpAIntBPlan(weight, act_dtype=torch.bfloat16)
+    dequant = heuristics.FpAIntBChoice(FpAIntBDequantSpec("bf16", 4))
+    gemv = heuristics.FpAIntBChoice(FpAIntBGemvSpec("bf16", 4, 4, 2, 4))
+    for m in (1, 1000):
+        x = randn(m, k, dtype=torch.bfloat16, seed=m)
+        ref = reference(x, weight)
+        for choice in (dequant, gemv):
+            assert rel_err(run(plan, x, choice), ref) < BOUND[torch.bfloat16], (m, choice.spec.name)
+
+
+# ---- checkpoints and the module ---------------------------------------------------------------
+
+def test_gptq_act_order_and_awq_on_gpu():
+    k, n, gs = 512, 64, 128
+    g = torch.Generator().manual_seed(11)
+    u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+    scales = (torch.rand(k // gs, n, generator=g) * 0.02 + 0.005).half()
+    zeros = torch.randint(1, 16, (k // gs, n), generator=g, dtype=torch.uint8)
+    g_idx = torch.randperm(k, generator=g) // gs
+    qweight, qzeros, _, _ = wq_format.pack_gptq(wq_format.IntWeight(u, scales, zeros, 4, gs, None))
+    layer = qgemm.nn.QuantLinear.from_gptq(qweight.cuda(), qzeros.cuda(), scales.cuda(), g_idx.cuda())
+    expected_w = wq_format.from_gptq(qweight, qzeros, scales, g_idx).dequantize()
+    x = randn(5, k, dtype=torch.float16, seed=4)
+    assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
+
+    aq, az, _ = wq_format.pack_awq(wq_format.IntWeight(u, scales, zeros, 4, gs, None))
+    layer = qgemm.nn.QuantLinear.from_awq(aq.cuda(), az.cuda(), scales.cuda())
+    expected_w = wq_format.from_awq(aq, az, scales).dequantize()
+    assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("bits,group_size", ((4, 128), (8, -1)))
+def test_quant_linear_from_float(bits, group_size):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1024, 512).cuda().half()
+    layer = qgemm.nn.QuantLinear.from_float(linear, bits=bits, group_size=group_size)
+    x = randn(2, 3, 1024, dtype=torch.float16, seed=9)
+    y = layer(x)
+    assert y.shape == (2, 3, 512) and y.dtype == torch.float16
+    ref = x.double() @ layer.qweight.dequantize().cuda() + linear.bias.double()
+    assert rel_err(y, ref) < BOUND[torch.float16]
+    # and close to the unquantized layer: RTN error only (int4 g128: a few percent)
+    assert rel_err(y, linear(x).double()) < (0.1 if bits == 4 else 0.01)
+
+
+def test_graph_capture_and_side_stream():
+    n, k = 256, 1024
+    weight = random_weight(k, n, 4, 128, False, torch.float16, seed=2)
+    plan = qgemm.FpAIntBPlan(weight)
+    x = randn(1, k, dtype=torch.float16, seed=1)
+    out = torch.full((1, n), float("nan"), dtype=torch.float16, device="cuda")
+    plan(x, out)  # warm: loads the kernel
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, reference(x, weight)) < BOUND[torch.float16]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = plan(x)
+    side.synchronize()
+    assert rel_err(y, reference(x, weight)) < BOUND[torch.float16]

@@ -104,13 +104,25 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
 
 
 # FpA x IntB (W4A16 / W8A16). Up to FPAINTB_GEMV_MAX_M rows the small-M tensor-core kernel reads
-# every weight byte once per 16 * m_tiles rows, so it is bound by weight bandwidth; beyond that
-# the weight is dequantized once into FP16/BF16 and cuBLAS runs the (compute-bound) GEMM.
-# The CTA shape comes from how many columns there are to spread over the SMs: wide tiles
-# (more columns per warp, fewer activation re-loads) while they still give FPAINTB_WAVES CTAs
-# per SM, narrower ones below that; warps_k warps split K inside a CTA.
+# every weight byte once per CTA row (16 or 32 rows), so it is bound by weight bandwidth and by
+# how many loads are in flight; beyond that the weight is dequantized once into FP16/BF16 and
+# cuBLAS runs the compute-bound GEMM (M = 64 on an H100: the small-M kernel 205-330 us against
+# 470-530 us for dequantize + cuBLAS; M = 256: the reverse).
+# The CTA shape, from a sweep on an H100 (benchmarks/bench_fpaintb.py --sweep; M = 1 and 16, four
+# (K, N) shapes, every n_tiles x warps_k):
+#   * columns per CTA: 32 (n_tiles 4) for INT4 when N >= FPAINTB_WIDE_N, else 16: fewer, wider
+#     CTAs re-load the activations less, narrower ones give small N enough CTAs. INT8 codes take
+#     twice the registers, so INT8 stays at 16 columns.
+#   * warps splitting K: the fewest that put FPAINTB_WARPS_PER_SM warps on every SM, so enough
+#     code loads are in flight (K = 14336, N = 21504: 2 warps, 92.5 us; 4 warps 95.4 us.
+#     K = 11008, N = 4096: 8 warps, 17.8 us; 4 warps 24.6 us). INT8 always uses 8.
+#   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA: one 64-row tile spills less
+#     work per weight byte but holds half the CTAs (M = 64, K = 14336, N = 21504: 327 us against
+#     475 us).
 FPAINTB_GEMV_MAX_M = 64
-FPAINTB_WAVES = 2
+FPAINTB_WIDE_N = 8448
+FPAINTB_WARPS_PER_SM = 8
+FPAINTB_WARPS_K = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -125,10 +137,13 @@ class FpAIntBChoice:
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
     if m > FPAINTB_GEMV_MAX_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
-    m_tiles = 1 if m <= 16 else 2 if m <= 32 else 4
-    # int8 codes take twice the registers of int4 per column.
-    widest = min(8 // m_tiles, 4 if bits == 4 else 2)
-    n_tiles = widest
-    while n_tiles > 1 and n // (8 * n_tiles) < FPAINTB_WAVES * sm_count:
-        n_tiles //= 2
-    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, 4, arch))
+    if m > 16:
+        m_tiles, n_tiles, max_warps_k = 2, 4, 4
+    else:
+        m_tiles, n_tiles, max_warps_k = 1, (4 if bits == 4 and n >= FPAINTB_WIDE_N else 2), 8
+    if bits == 8 and m <= 16:
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, 8, arch=arch))
+    ctas = -(-n // (8 * n_tiles))
+    warps_k = next((w for w in FPAINTB_WARPS_K if w <= max_warps_k and ctas * w >= FPAINTB_WARPS_PER_SM * sm_count),
+                   max_warps_k)
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, warps_k, arch=arch))

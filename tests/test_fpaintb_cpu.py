@@ -143,11 +143,18 @@ def test_heuristic_choices_are_in_the_catalog():
 
 
 def test_heuristic_tiles():
-    small = heuristics.fpaintb_choice(1, 28672, 8192, 4, "f16", 80, 132).spec
-    assert (small.m_tiles, small.n_tiles) == (1, 4)
-    narrow = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
-    assert narrow.n_tiles < small.n_tiles  # fewer columns: narrower CTAs to fill the SMs
-    assert heuristics.fpaintb_choice(64, 28672, 8192, 4, "f16", 80, 132).spec.m_tiles == 4
+    """The sweep's winners (qgemm/heuristics.py) on an H100's 132 SMs."""
+    def pick(m, k, n, bits=4):
+        s = heuristics.fpaintb_choice(m, n, k, bits, "f16", 80, 132).spec
+        return (16 * s.m_tiles, 8 * s.n_tiles, s.warps_k)
+    assert pick(1, 14336, 21504) == (16, 32, 2)
+    assert pick(1, 11008, 4096) == (16, 16, 8)
+    assert pick(16, 4096, 12288) == (16, 32, 4)
+    assert pick(1, 28672, 8192) == (16, 16, 4)
+    assert pick(1, 14336, 21504, bits=8) == (16, 16, 8)
+    assert pick(64, 14336, 21504) == (32, 32, 2)
+    assert pick(64, 11008, 4096) == (32, 32, 4)
+    assert heuristics.fpaintb_choice(65, 4096, 4096, 4, "f16", 80, 132).dequantize
 
 
 def test_templates_render_the_layout():

@@ -150,7 +150,7 @@ def test_dequantize_path_and_forced_choices():
     weight = random_weight(k, n, 4, 128, True, torch.bfloat16, seed=5)
     plan = qgemm.FpAIntBPlan(weight, act_dtype=torch.bfloat16)
     dequant = heuristics.FpAIntBChoice(FpAIntBDequantSpec("bf16", 4))
-    gemv = heuristics.FpAIntBChoice(FpAIntBGemvSpec("bf16", 4, 4, 2, 4))
+    gemv = heuristics.FpAIntBChoice(FpAIntBGemvSpec("bf16", 4, 2, 4, 2))
     for m in (1, 1000):
         x = randn(m, k, dtype=torch.bfloat16, seed=m)
         ref = reference(x, weight)

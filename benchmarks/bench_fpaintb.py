@@ -15,7 +15,6 @@ INT8, M <= 64), and the fastest is printed: the table heuristics.fpaintb_choice 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 

@@ -10,7 +10,7 @@
 // exhaustively over all codes.
 //
 // One thread per (column n, 32 K rows): it loads that run of codes (16 bytes), converts,
-// scales and writes the 32 values to W[n, k0 .. k0 + 32) in logical row order.
+// scales and writes the 32 values to W[n, k0 .. k0 + 32) in logical row order, 16 bytes at a time.
 //
 // QgemmProblem slots:
 //   n, k             weight extent: n a multiple of 8, k a multiple of 64
@@ -114,16 +114,18 @@ struct Adapter {
     Pair const scale = {s, s};
     typename Convert::Zero const zero = Convert::zero(p.zero ? int(p.zero[at]) : 8);
     uint32_t const* words = reinterpret_cast<uint32_t const*>(codes);
-    Act* dst = p.out + int64_t(n) * p.ldo + k0;
+    // Gather the 16 pairs in logical row order, then write the run as four 16-byte stores.
+    Pair run_values[kRunRows / 2];
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
       Pair pairs[Convert::kPairs];
       Convert::convert(words[w], zero, pairs);
 #pragma unroll
-      for (int i = 0; i < Convert::kPairs; ++i) {
-        *reinterpret_cast<Pair*>(dst + pair_row(w, i)) = __hmul2(pairs[i], scale);
-      }
+      for (int i = 0; i < Convert::kPairs; ++i) run_values[pair_row(w, i) / 2] = __hmul2(pairs[i], scale);
     }
+    uint4* dst = reinterpret_cast<uint4*>(p.out + int64_t(n) * p.ldo + k0);
+#pragma unroll
+    for (int v = 0; v < kRunRows * int(sizeof(Act)) / 16; ++v) dst[v] = reinterpret_cast<uint4 const*>(run_values)[v];
   }
 };
 

@@ -33,14 +33,15 @@ MS = [1, 16, 64, 256, 4096]
 def sweep_specs(bits: int, m: int) -> list:
     """Small-M configurations worth timing for M rows (one M tile up to 16 rows, more above)."""
     if m <= 16:
-        configs = [(1, nt, wk) for nt in (1, 2, 4, 8) for wk in (1, 2, 4, 8)]
+        configs = [(1, nt, wk, occ) for nt in (2, 4) for wk in (2, 4, 8) for occ in (0, 12, 16)]
+        configs += [(1, 8, 8, 0), (1, 1, 8, 0)]
     else:
-        configs = [(mt, nt, wk) for mt in (2, 4) for nt in (1, 2, 4) for wk in (1, 2, 4)]
+        configs = [(mt, nt, wk, 0) for mt in (2, 4) for nt in (1, 2, 4) for wk in (1, 2, 4)]
     specs = []
-    for mt, nt, wk in configs:
+    for mt, nt, wk, occ in configs:
         try:
             if not (bits == 8 and nt > 4):
-                specs.append(FpAIntBGemvSpec("f16", bits, mt, nt, wk))
+                specs.append(FpAIntBGemvSpec("f16", bits, mt, nt, wk, min_warps_per_sm=occ))
         except ValueError:  # more M x N tiles than registers allow
             pass
     return specs + [FpAIntBDequantSpec("f16", bits)]
@@ -49,7 +50,8 @@ def sweep_specs(bits: int, m: int) -> list:
 def label(spec) -> str:
     if isinstance(spec, FpAIntBDequantSpec):
         return "dequant+cuBLAS"
-    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}"
+    occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
+    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}"
 
 
 def tinygemm(x_bf16, n, k, group=128):

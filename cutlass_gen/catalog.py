@@ -73,12 +73,10 @@ def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
     return [Fp8ActQuantSpec(dtype) for dtype in Fp8ActQuantSpec.INPUTS] if target_sm >= 90 else []
 
 
-# FpA x IntB: every small-M configuration qgemm/heuristics.py fpaintb_choice can pick
-# ((m_tiles, n_tiles, warps_k) per weight width), for each activation type. Sm75 builds FP16 only.
-_FPAINTB_GEMV_CONFIGS = {
-    4: [(1, nt, wk) for nt in (2, 4) for wk in (1, 2, 4, 8)] + [(2, 4, wk) for wk in (1, 2, 4)],
-    8: [(1, 2, 8)] + [(2, 4, wk) for wk in (1, 2, 4)],
-}
+# FpA x IntB: every small-M configuration qgemm/heuristics.py fpaintb_choice can pick, as
+# (m_tiles, n_tiles, warps_k, min_warps_per_sm), for each activation type and weight width
+# (Sm75 builds FP16 only).
+_FPAINTB_GEMV_CONFIGS = [(1, 2, 8, 16)] + [(2, 4, warps_k, 0) for warps_k in (1, 2, 4)]
 
 
 def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
@@ -87,8 +85,8 @@ def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
 
 def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:
     arch, acts = _fpaintb_arch(target_sm)
-    return [FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, warps_k, arch=arch)
-            for act in acts for bits, configs in _FPAINTB_GEMV_CONFIGS.items() for m_tiles, n_tiles, warps_k in configs]
+    return [FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, warps_k, arch=arch, min_warps_per_sm=occupancy)
+            for act in acts for bits in (4, 8) for m_tiles, n_tiles, warps_k, occupancy in _FPAINTB_GEMV_CONFIGS]
 
 
 def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:

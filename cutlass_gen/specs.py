@@ -313,9 +313,12 @@ class FpAIntBGemvSpec(KernelSpec):
     n_tiles: int = 4
     warps_k: int = 4
     arch: int = 80
+    min_warps_per_sm: int = 0  # > 0: cap registers so this many warps fit on an SM (0: no cap)
 
     def __post_init__(self):
         _check_fpaintb(self, (75, 80))
+        if self.min_warps_per_sm not in (0, 8, 12, 16, 24):
+            raise ValueError(f"min_warps_per_sm must be 0, 8, 12, 16 or 24, got {self.min_warps_per_sm!r}")
         if self.m_tiles not in (1, 2, 4):
             raise ValueError(f"m_tiles must be 1, 2 or 4, got {self.m_tiles!r}")
         if self.n_tiles not in (1, 2, 4, 8):
@@ -336,7 +339,8 @@ class FpAIntBGemvSpec(KernelSpec):
     @property
     def name(self) -> str:
         return (f"qgemm_fpaintb_gemv_sm{self.arch}_{self.act}_int{self.bits}"
-                f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}")
+                f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}"
+                f"{f'_o{self.min_warps_per_sm}' if self.min_warps_per_sm else ''}")
 
 
 @dataclass(frozen=True)

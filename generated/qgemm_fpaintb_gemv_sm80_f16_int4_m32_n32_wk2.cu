@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemv_sm80_f16_int4_m32_n32_wk2
-// spec:   FpAIntBGemvSpec(act='f16', bits=4, m_tiles=2, n_tiles=4, warps_k=2, arch=80)
+// spec:   FpAIntBGemvSpec(act='f16', bits=4, m_tiles=2, n_tiles=4, warps_k=2, arch=80, min_warps_per_sm=0)
 
 // FpA x IntB small-M kernel: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale
 // group-wise along K, for decode-sized M. Memory bound: every weight byte is read once, straight
@@ -17,6 +17,10 @@
 // its own 32 rows: the weight's row permutation puts rows {2w, 2w+1, 2w+8, 2w+9} (+16 for
 // int4) in word w, which is exactly a B fragment, and the lane loads the matching activation
 // pairs. Group sizes are multiples of 32, so the lane's 32 rows share one scale and zero.
+// When every 128-row block lies inside one group (group size a multiple of 128, or one group per
+// column), the scale moves out of the inner loop: the MMAs take the exact integers (u - zero) and
+// each block's FP32 sum is scaled once per output column (fewer instructions per code, and no
+// rounding of the weight). Otherwise each weight is formed as (u - zero) * scale in FP16/BF16.
 //
 // QgemmProblem slots:
 //   m, n, k          extent: n a multiple of 8, k a multiple of 64
@@ -69,6 +73,8 @@ struct Params {
   int64_t ldx, ldw, ldo;
   int m, n, k;
   int group_size;
+  int group_shift;   // log2(group_size) when it is a power of two, else -1 (divide)
+  bool scale_after;  // every 128-row block in one group: scale the block's sum, not each weight
   int activation;
   int k_blocks;
 };
@@ -87,7 +93,8 @@ constexpr bool kPrefetchX = kMTiles == 1;
 
 struct Fragments {
   uint4 w[kNTiles][kWeightVectors];   // raw codes
-  Act scale[kNTiles];
+  Act scale[kNTiles];                 // scale_after: of columns 2j, 2j + 1 (C fragment); else of column g
+  Act scale1[kNTiles];
   int zero[kNTiles];
   uint4 x[1][2][4];  // kPrefetchX: rows g and g + 8, 32 activations = 4 x 16 bytes each (else unused)
   int k0;
@@ -96,6 +103,9 @@ struct Fragments {
 struct Adapter {
   using Params = ::Params;
   static int const kThreadCount = kThreads;
+  // spec.min_warps_per_sm > 0 caps registers so that many warps fit on an SM: occupancy is what
+  // keeps enough code loads in flight in this bandwidth-bound kernel.
+  static int const kMinBlocksPerSm = 0 / kWarpsK > 0 ? 0 / kWarpsK : 1;
 
   static int smem_bytes() { return kWarpsK > 1 ? kWarpsK * kMTiles * kNTiles * 4 * 32 * int(sizeof(float)) : 0; }
 
@@ -133,10 +143,18 @@ struct Adapter {
     params.n = int(p.n);
     params.k = int(p.k);
     params.group_size = int(p.ext[0]);
+    params.group_shift = -1;
+    for (int s = 0; s < 31; ++s) {
+      if ((int64_t(1) << s) == p.ext[0]) params.group_shift = s;
+    }
+    params.scale_after = p.ext[0] % kBlockK == 0 || p.ext[0] == p.k;
     params.activation = int(p.ext[1]);
     params.k_blocks = int((p.k + kBlockK - 1) / kBlockK);
     return 0;
   }
+
+  // One M tile and block-wide groups: the scale is applied to each block's sum.
+  static __device__ bool scale_after(Params const& p) { return kPrefetchX && p.scale_after; }
 
   // Loads block `b`'s codes, scales, zeros and activations for this lane. A lane whose 32 rows
   // lie past K (the last block when K % 128 == 64) gets zero activations and a zero scale, so
@@ -146,7 +164,10 @@ struct Adapter {
     int const k0 = b * kBlockK + j * kLaneRows;
     bool const in_k = k0 < p.k;
     int const tile = 2 * b + j / 2, half = j % 2;
-    int const group = in_k ? k0 / p.group_size : 0;
+    int const group = !in_k ? 0 : p.group_shift >= 0 ? k0 >> p.group_shift : k0 / p.group_size;
+    // scale_after: the block's group, shared by all its rows (and so by lanes past K).
+    bool const block_in_k = b * kBlockK < p.k;
+    int const block_group = p.group_shift >= 0 ? (b * kBlockK) >> p.group_shift : (b * kBlockK) / p.group_size;
 #pragma unroll
     for (int t = 0; t < kNTiles; ++t) {
       int const n = n0 + 8 * t + g;
@@ -157,7 +178,17 @@ struct Adapter {
 #pragma unroll
       for (int v = 0; v < kWeightVectors; ++v) f.w[t][v] = ok ? __ldcs(src + v) : make_uint4(0, 0, 0, 0);
       int64_t const at = int64_t(group) * p.n + n;
-      f.scale[t] = ok ? p.scale[at] : Act(0.f);
+      if (scale_after(p)) {
+        // The block's group (all its rows share it), for the C fragment's columns n0 + 8t + 2j
+        // and + 1: they belong to this lane whether or not its own K rows are in range.
+        int const nc = n0 + 8 * t + 2 * j;
+        int64_t const atc = int64_t(block_group) * p.n + nc;
+        bool const okc = block_in_k && nc < p.n;
+        f.scale[t] = okc ? p.scale[atc] : Act(0.f);
+        f.scale1[t] = okc ? p.scale[atc + 1] : Act(0.f);
+      } else {
+        f.scale[t] = ok ? p.scale[at] : Act(0.f);
+      }
       f.zero[t] = (ok && p.zero) ? int(p.zero[at]) : 8;
     }
     f.k0 = k0;
@@ -189,32 +220,59 @@ struct Adapter {
     }
   }
 
-  // Converts the block's codes to scaled FP16/BF16 pairs: (u - zero) * scale, one rounding.
-  static __device__ void convert(Fragments const& f, int t, int w, Pair (&pairs)[Convert::kPairs]) {
+  // The block's codes as FP16/BF16 pairs: (u - zero), exact, times the scale unless the scale
+  // is applied after the MMAs (one rounding then).
+  static __device__ void convert(Fragments const& f, int t, int w, bool scale_after, Pair (&pairs)[Convert::kPairs]) {
     typename Convert::Zero const zero = Convert::zero(f.zero[t]);
-    Pair const scale = {f.scale[t], f.scale[t]};
     Convert::convert(reinterpret_cast<uint32_t const*>(f.w[t])[w], zero, pairs);
+    if (!scale_after) {
+      Pair const scale = {f.scale[t], f.scale[t]};
 #pragma unroll
-    for (int i = 0; i < Convert::kPairs; ++i) pairs[i] = __hmul2(pairs[i], scale);
+      for (int i = 0; i < Convert::kPairs; ++i) pairs[i] = __hmul2(pairs[i], scale);
+    }
+  }
+
+  // acc += block sum * the C columns' scales (scale_after).
+  static __device__ void add_scaled(Fragments const& f, int t, float const (&block)[4], float (&acc)[4]) {
+    float const s0 = float(f.scale[t]), s1 = float(f.scale1[t]);
+    acc[0] = fmaf(block[0], s0, acc[0]);
+    acc[1] = fmaf(block[1], s1, acc[1]);
+    acc[2] = fmaf(block[2], s0, acc[2]);
+    acc[3] = fmaf(block[3], s1, acc[3]);
   }
 
   static __device__ void compute(Params const& p, int m0, Fragments const& f, float (&acc)[kMTiles][kNTiles][4]) {
     if constexpr (kPrefetchX) {
+      if (scale_after(p)) {
 #pragma unroll
-      for (int t = 0; t < kNTiles; ++t) {
+        for (int t = 0; t < kNTiles; ++t) {
+          float block[4] = {};
 #pragma unroll
-        for (int w = 0; w < kWords; ++w) {
-          Pair pairs[Convert::kPairs];
-          convert(f, t, w, pairs);
-          mma_word(f.x[0], w, pairs, acc[0][t]);
+          for (int w = 0; w < kWords; ++w) {
+            Pair pairs[Convert::kPairs];
+            convert(f, t, w, true, pairs);
+            mma_word(f.x[0], w, pairs, block);
+          }
+          add_scaled(f, t, block, acc[0][t]);
+        }
+      } else {
+#pragma unroll
+        for (int t = 0; t < kNTiles; ++t) {
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) {
+            Pair pairs[Convert::kPairs];
+            convert(f, t, w, false, pairs);
+            mma_word(f.x[0], w, pairs, acc[0][t]);
+          }
         }
       }
     } else {
+      // (Several M tiles: the scale stays on the weights, so one conversion serves them all.)
       Pair b[kNTiles][kWords][Convert::kPairs];
 #pragma unroll
       for (int t = 0; t < kNTiles; ++t) {
 #pragma unroll
-        for (int w = 0; w < kWords; ++w) convert(f, t, w, b[t][w]);
+        for (int w = 0; w < kWords; ++w) convert(f, t, w, false, b[t][w]);
       }
       uint4 x[2][2][4];
       load_x(p, m0, f.k0, x[0]);
@@ -287,4 +345,4 @@ struct Adapter {
 
 }  // namespace
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int4_m32_n32_wk2, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemv\",\"m_tiles\":2,\"n_tiles\":4,\"warps_k\":2}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int4_m32_n32_wk2, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemv\",\"m_tiles\":2,\"min_warps_per_sm\":0,\"n_tiles\":4,\"warps_k\":2}")

@@ -108,21 +108,21 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
 # how many loads are in flight; beyond that the weight is dequantized once into FP16/BF16 and
 # cuBLAS runs the compute-bound GEMM (M = 64 on an H100: the small-M kernel 205-330 us against
 # 470-530 us for dequantize + cuBLAS; M = 256: the reverse).
-# The CTA shape, from a sweep on an H100 (benchmarks/bench_fpaintb.py --sweep; M = 1 and 16, four
-# (K, N) shapes, every n_tiles x warps_k):
-#   * columns per CTA: 32 (n_tiles 4) for INT4 when N >= FPAINTB_WIDE_N, else 16: fewer, wider
-#     CTAs re-load the activations less, narrower ones give small N enough CTAs. INT8 codes take
-#     twice the registers, so INT8 stays at 16 columns.
-#   * warps splitting K: the fewest that put FPAINTB_WARPS_PER_SM warps on every SM, so enough
-#     code loads are in flight (K = 14336, N = 21504: 2 warps, 92.5 us; 4 warps 95.4 us.
-#     K = 11008, N = 4096: 8 warps, 17.8 us; 4 warps 24.6 us). INT8 always uses 8.
-#   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA: one 64-row tile spills less
-#     work per weight byte but holds half the CTAs (M = 64, K = 14336, N = 21504: 327 us against
-#     475 us).
+# The CTA shape, from sweeps on an H100 (benchmarks/bench_fpaintb.py --sweep: M = 1 and 16, four
+# (K, N) shapes, n_tiles x warps_k x register cap):
+#   * up to 16 rows: 16 columns per CTA, 8 warps splitting K, registers capped so 16 warps fit
+#     on an SM (FPAINTB_DECODE). Occupancy is what keeps code loads in flight, and the narrow,
+#     deep CTA gives every shape enough CTAs (K = 11008, N = 4096, M = 1: 16.3 us, against 19.2 us
+#     for the best 32-column CTA; K = 28672, N = 8192: 69.5 against 80.3 us). It was within 10% of
+#     the best configuration on all eight (shape, M) cases but one (K = 14336, N = 21504, M = 16:
+#     130 against 113 us for 32 columns and 4 warps).
+#   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA, and the fewest warps splitting
+#     K that put FPAINTB_WARPS_PER_SM warps on every SM (M = 64, K = 14336, N = 21504: 327 us
+#     against 475 us for one 64-row tile).
 FPAINTB_GEMV_MAX_M = 64
-FPAINTB_WIDE_N = 8448
+FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16)
 FPAINTB_WARPS_PER_SM = 8
-FPAINTB_WARPS_K = (1, 2, 4, 8)
+FPAINTB_WARPS_K = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -137,13 +137,8 @@ class FpAIntBChoice:
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
     if m > FPAINTB_GEMV_MAX_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
-    if m > 16:
-        m_tiles, n_tiles, max_warps_k = 2, 4, 4
-    else:
-        m_tiles, n_tiles, max_warps_k = 1, (4 if bits == 4 and n >= FPAINTB_WIDE_N else 2), 8
-    if bits == 8 and m <= 16:
-        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, 8, arch=arch))
-    ctas = -(-n // (8 * n_tiles))
-    warps_k = next((w for w in FPAINTB_WARPS_K if w <= max_warps_k and ctas * w >= FPAINTB_WARPS_PER_SM * sm_count),
-                   max_warps_k)
-    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, warps_k, arch=arch))
+    if m <= 16:
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
+    ctas = -(-n // 32)
+    warps_k = next((w for w in FPAINTB_WARPS_K if ctas * w >= FPAINTB_WARPS_PER_SM * sm_count), FPAINTB_WARPS_K[-1])
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, 2, 4, warps_k, arch=arch))

@@ -109,6 +109,7 @@ def test_weight_dequantize_round_trip():
     (dict(act="bf16", bits=4, arch=75), "act bf16 needs arch 80"),
     (dict(act="f16", bits=4, m_tiles=4, n_tiles=4), "m_tiles \\* n_tiles must be at most 8"),
     (dict(act="f16", bits=4, warps_k=3), "warps_k must be"),
+    (dict(act="f16", bits=4, min_warps_per_sm=10), "min_warps_per_sm must be"),
 ])
 def test_gemv_spec_rejects(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -143,17 +144,15 @@ def test_heuristic_choices_are_in_the_catalog():
 
 
 def test_heuristic_tiles():
-    """The sweep's winners (qgemm/heuristics.py) on an H100's 132 SMs."""
+    """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
     def pick(m, k, n, bits=4):
         s = heuristics.fpaintb_choice(m, n, k, bits, "f16", 80, 132).spec
-        return (16 * s.m_tiles, 8 * s.n_tiles, s.warps_k)
-    assert pick(1, 14336, 21504) == (16, 32, 2)
-    assert pick(1, 11008, 4096) == (16, 16, 8)
-    assert pick(16, 4096, 12288) == (16, 32, 4)
-    assert pick(1, 28672, 8192) == (16, 16, 4)
-    assert pick(1, 14336, 21504, bits=8) == (16, 16, 8)
-    assert pick(64, 14336, 21504) == (32, 32, 2)
-    assert pick(64, 11008, 4096) == (32, 32, 4)
+        return (16 * s.m_tiles, 8 * s.n_tiles, s.warps_k, s.min_warps_per_sm)
+    for k, n in ((14336, 21504), (11008, 4096)):
+        for bits in (4, 8):
+            assert pick(1, k, n, bits) == pick(16, k, n, bits) == (16, 16, 8, 16)
+    assert pick(64, 14336, 21504) == (32, 32, 2, 0)
+    assert pick(64, 11008, 4096) == (32, 32, 4, 0)
     assert heuristics.fpaintb_choice(65, 4096, 4096, 4, "f16", 80, 132).dequantize
 
 

@@ -3,6 +3,7 @@
 // An adapter is a struct with:
 //   using Params = ...;                         // the entry's single argument
 //   static int const kThreadCount;              // threads per block
+//   static int const kMinBlocksPerSm;           // optional: blocks that must fit on one SM (caps registers)
 //   static int plan(QgemmProblem const&, QgemmLaunch&);
 //   static int make_params(QgemmProblem const&, void* workspace, Params&);
 //   static __device__ void run(Params const&, char* smem);
@@ -19,8 +20,21 @@
 #include "cutlass/device_kernel.h"  // CUTLASS_GRID_CONSTANT
 #include "qgemm/abi.h"
 
+namespace qgemm {
+// An adapter's kMinBlocksPerSm, or 1 (no register cap beyond one block).
+template <class Adapter, class = void>
+struct MinBlocksPerSm {
+  static constexpr int value = 1;
+};
+template <class Adapter>
+struct MinBlocksPerSm<Adapter, std::void_t<decltype(Adapter::kMinBlocksPerSm)>> {
+  static constexpr int value = Adapter::kMinBlocksPerSm;
+};
+}  // namespace qgemm
+
 #define QGEMM_EXPORT_KERNEL(ENTRY, ADAPTER, SPEC_JSON)                                                   \
-  extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount) ENTRY(                      \
+  extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount,                            \
+                                               qgemm::MinBlocksPerSm<ADAPTER>::value) ENTRY(     \
       CUTLASS_GRID_CONSTANT ADAPTER::Params const params) {                                           \
     extern __shared__ __align__(16) char qgemm_smem[];                                                 \
     ADAPTER::run(params, qgemm_smem);                                                                  \

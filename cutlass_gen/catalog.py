@@ -76,7 +76,7 @@ def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
 # FpA x IntB: every small-M configuration qgemm/heuristics.py fpaintb_choice can pick, as
 # (m_tiles, n_tiles, warps_k, min_warps_per_sm), for each activation type and weight width
 # (Sm75 builds FP16 only).
-_FPAINTB_GEMV_CONFIGS = [(1, 2, 8, 16)] + [(2, 4, warps_k, 0) for warps_k in (1, 2, 4)]
+_FPAINTB_GEMV_CONFIGS = [(1, 2, 8, 16), (1, 4, 4, 12)] + [(2, 4, warps_k, 0) for warps_k in (1, 2, 4)]
 
 
 def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:

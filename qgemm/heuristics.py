@@ -109,18 +109,22 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
 # cuBLAS runs the compute-bound GEMM (M = 64 on an H100: the small-M kernel 205-330 us against
 # 470-530 us for dequantize + cuBLAS; M = 256: the reverse).
 # The CTA shape, from sweeps on an H100 (benchmarks/bench_fpaintb.py --sweep: M = 1 and 16, four
-# (K, N) shapes, n_tiles x warps_k x register cap):
-#   * up to 16 rows: 16 columns per CTA, 8 warps splitting K, registers capped so 16 warps fit
-#     on an SM (FPAINTB_DECODE). Occupancy is what keeps code loads in flight, and the narrow,
-#     deep CTA gives every shape enough CTAs (K = 11008, N = 4096, M = 1: 16.3 us, against 19.2 us
-#     for the best 32-column CTA; K = 28672, N = 8192: 69.5 against 80.3 us). It was within 10% of
-#     the best configuration on all eight (shape, M) cases but one (K = 14336, N = 21504, M = 16:
-#     130 against 113 us for 32 columns and 4 warps).
+# (K, N) shapes, n_tiles x warps_k x register cap; numbers below are M, K, N: time):
+#   * up to 8 rows (FPAINTB_DECODE): 16 columns per CTA, 8 warps splitting K, registers capped so
+#     16 warps fit on an SM. Occupancy keeps the code loads in flight, and narrow deep CTAs give
+#     every shape enough of them. Best or within 5% of the best on all four shapes at M = 1
+#     (1, 11008, 4096: 16.3 us, next 19.2; 1, 28672, 8192: 69.5, next 80.3).
+#   * 9 to 16 rows: the activations (16 rows) are re-read once per CTA, so wide CTAs pay off where
+#     N is large enough to still fill the GPU: 32 columns, 4 warps, 12 warps per SM when
+#     N >= FPAINTB_WIDE_N (16, 14336, 21504: 113 us against 129; 16, 4096, 12288: 21.5 against
+#     25.7), the decode CTA below (16, 28672, 8192: 84.9 against 96.4).
 #   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA, and the fewest warps splitting
-#     K that put FPAINTB_WARPS_PER_SM warps on every SM (M = 64, K = 14336, N = 21504: 327 us
-#     against 475 us for one 64-row tile).
+#     K that put FPAINTB_WARPS_PER_SM warps on every SM (64, 14336, 21504: 327 us against 475 us
+#     for one 64-row tile).
 FPAINTB_GEMV_MAX_M = 64
 FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16)
+FPAINTB_DECODE_WIDE = dict(m_tiles=1, n_tiles=4, warps_k=4, min_warps_per_sm=12)
+FPAINTB_WIDE_N = 12288
 FPAINTB_WARPS_PER_SM = 8
 FPAINTB_WARPS_K = (1, 2, 4)
 
@@ -138,7 +142,8 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
     if m > FPAINTB_GEMV_MAX_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
     if m <= 16:
-        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
+        wide = m > 8 and n >= FPAINTB_WIDE_N
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **(FPAINTB_DECODE_WIDE if wide else FPAINTB_DECODE)))
     ctas = -(-n // 32)
     warps_k = next((w for w in FPAINTB_WARPS_K if ctas * w >= FPAINTB_WARPS_PER_SM * sm_count), FPAINTB_WARPS_K[-1])
     return FpAIntBChoice(FpAIntBGemvSpec(act, bits, 2, 4, warps_k, arch=arch))

@@ -212,3 +212,14 @@ def test_graph_capture_and_side_stream():
         y = plan(x)
     side.synchronize()
     assert rel_err(y, reference(x, weight)) < BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+def test_packing_on_the_gpu_matches_the_cpu(bits):
+    """Large checkpoints are packed where they are: the torch packer gives the same bytes on the GPU."""
+    from qgemm.fpaintb_pack import pack, unpack
+    g = torch.Generator().manual_seed(bits)
+    u = torch.randint(0, 2 ** bits, (4096, 1024), generator=g, dtype=torch.uint8)
+    on_gpu = pack(u.cuda(), bits)
+    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), pack(u, bits))
+    assert torch.equal(unpack(on_gpu, bits, 4096, 1024).cpu(), u)

@@ -83,6 +83,12 @@ class IntBWeight:
         return cls.from_int_weight(wq_format.quantize_rtn(weight, bits, group_size, symmetric, scale_dtype))
 
     @classmethod
+    def from_signed(cls, q: torch.Tensor, scale: torch.Tensor, bits: int = 8) -> "IntBWeight":
+        """Signed symmetric codes q int8 [N, K] with w = q * scale (scale [K/g, N] or [N]), the
+        usual W8A16 checkpoint form; the bias 2**(bits-1) that makes them unsigned is added."""
+        return cls.from_int_weight(wq_format.from_signed(q, scale, bits))
+
+    @classmethod
     def from_gptq(cls, qweight, qzeros, scales, g_idx=None, bits: int = 4, zero_offset: int = 1) -> "IntBWeight":
         """GPTQ checkpoint tensors (qweight int32 [K*bits/32, N], qzeros, scales [K/g, N], g_idx);
         act-order g_idx becomes `perm`. See qgemm.wq_format.from_gptq for the definition."""

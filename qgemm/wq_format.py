@@ -202,6 +202,27 @@ def quantize_rtn(weight: torch.Tensor, bits: int = 4, group_size: int = 128, sym
     return IntWeight(u, scale, zero, bits, group_size)
 
 
+def from_signed(q: torch.Tensor, scale: torch.Tensor, bits: int = 8) -> IntWeight:
+    """Signed symmetric codes, as TensorRT-LLM's and most W8A16 checkpoints store them:
+    q int8 [N, K] (nn.Linear layout) in [-2**(bits-1), 2**(bits-1) - 1], w = q * scale, scale
+    float16/bfloat16 [K // g, N] (or [N] for one scale per output channel). The bias that makes
+    the codes unsigned is added here: u = q + 2**(bits-1), zero 2**(bits-1) (the symmetric default)."""
+    _checks.tensor("q", q, (torch.int8,), ndim=2)
+    _check_bits("bits", bits)
+    n, k = q.shape
+    half = 2 ** (bits - 1)
+    if bits == 4 and bool(((q < -half) | (q >= half)).any()):
+        raise ValueError(f"q holds values outside [{-half}, {half - 1}], the int4 range")
+    _checks.tensor("scale", scale, SCALE_DTYPES)
+    if scale.dim() == 1:
+        scale = scale.unsqueeze(0)
+    if scale.dim() != 2 or scale.shape[1] != n or scale.shape[0] == 0 or k % scale.shape[0]:
+        raise ValueError(f"scale must have shape [K // g, N] = [G, {n}] with G dividing K={k}, or [{n}]; "
+                         f"got {tuple(scale.shape)}")
+    u = (q.t().to(torch.int16) + half).to(torch.uint8).contiguous()
+    return IntWeight(u, scale.contiguous(), None, bits, k // scale.shape[0])
+
+
 # --- GPTQ --------------------------------------------------------------------------------------
 
 def _unpack_words(words: torch.Tensor, bits: int) -> torch.Tensor:

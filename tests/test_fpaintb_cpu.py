@@ -300,3 +300,10 @@ def test_plan_rejects_bad_options_and_inputs(fake_gpu):
         plan(torch.zeros(256, 2, dtype=torch.float16).t())
     with pytest.raises(ValueError, match=r"out must have shape \(2, 16\)"):
         plan(torch.zeros(2, 256, dtype=torch.float16), torch.empty(2, 8, dtype=torch.float16))
+
+
+def test_from_signed_packs_biased_codes():
+    q = torch.randint(-128, 128, (16, 256), dtype=torch.int8)
+    w = qgemm.IntBWeight.from_signed(q, torch.ones(16, dtype=torch.half))
+    assert torch.equal(w.codes().to(torch.int16) - 128, q.t().to(torch.int16))
+    assert torch.equal(w.dequantize(), q.t().double())

@@ -395,3 +395,22 @@ def test_int_weight_errors():
 def test_module_exports():
     for name in ("IntWeight", "quantize_rtn", "from_gptq", "from_awq", "pack_gptq", "pack_awq"):
         assert hasattr(wq_format, name)
+
+
+def test_from_signed_adds_the_bias():
+    g = torch.Generator().manual_seed(5)
+    for bits in (4, 8):
+        half = 2 ** (bits - 1)
+        q = torch.randint(-half, half, (16, 256), generator=g, dtype=torch.int8)
+        scale = torch.rand(2, 16, generator=g).half() + 0.01
+        w = wq_format.from_signed(q, scale, bits)
+        assert w.zero is None and w.group_size == 128
+        assert torch.equal(w.u.to(torch.int16) - half, q.t().to(torch.int16))
+        expected = q.t().double() * scale.double().repeat_interleave(128, dim=0)
+        assert torch.equal(w.dequantize(), expected)
+    per_channel = wq_format.from_signed(q, torch.ones(16, dtype=torch.half))
+    assert per_channel.group_size == 256
+    with pytest.raises(ValueError, match="outside \\[-8, 7\\]"):
+        wq_format.from_signed(torch.full((16, 256), 9, dtype=torch.int8), scale, bits=4)
+    with pytest.raises(ValueError, match="scale must have shape"):
+        wq_format.from_signed(q, torch.ones(3, 16, dtype=torch.half))

@@ -31,17 +31,20 @@ MS = [1, 16, 64, 256, 4096]
 
 
 def sweep_specs(bits: int, m: int) -> list:
-    """Small-M configurations worth timing for M rows (one M tile up to 16 rows, more above)."""
-    if m <= 16:
-        configs = [(1, nt, wk, occ) for nt in (2, 4) for wk in (2, 4, 8) for occ in (0, 12, 16)]
-        configs += [(1, 8, 8, 0), (1, 1, 8, 0)]
+    """Small-M configurations worth timing for M rows, as (m_tiles, n_tiles, warps_k,
+    min_warps_per_sm, prefetch, rows8)."""
+    if m <= 8:
+        configs = [(1, nt, wk, occ, pf, True) for nt, wk in ((2, 8), (4, 4), (2, 4)) for occ in (0, 12, 16)
+                   for pf in (1, 2, 3)]
+    elif m <= 16:
+        configs = [(1, nt, wk, occ, pf, False) for nt, wk in ((2, 8), (4, 4)) for occ in (0, 12, 16) for pf in (1, 2)]
     else:
-        configs = [(mt, nt, wk, 0) for mt in (2, 4) for nt in (1, 2, 4) for wk in (1, 2, 4)]
+        configs = [(mt, nt, wk, 0, 1, False) for mt in (2, 4) for nt in (1, 2, 4) for wk in (1, 2, 4)]
     specs = []
-    for mt, nt, wk, occ in configs:
+    for mt, nt, wk, occ, pf, r8 in configs:
         try:
             if not (bits == 8 and nt > 4):
-                specs.append(FpAIntBGemvSpec("f16", bits, mt, nt, wk, min_warps_per_sm=occ))
+                specs.append(FpAIntBGemvSpec("f16", bits, mt, nt, wk, min_warps_per_sm=occ, prefetch=pf, rows8=r8))
         except ValueError:  # more M x N tiles than registers allow
             pass
     return specs + [FpAIntBDequantSpec("f16", bits)]
@@ -51,7 +54,8 @@ def label(spec) -> str:
     if isinstance(spec, FpAIntBDequantSpec):
         return "dequant+cuBLAS"
     occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
-    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}"
+    extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
+    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
 
 
 def tinygemm(x_bf16, n, k, group=128):

@@ -20,6 +20,8 @@ def test_specs() -> list:
         specs += [FpAIntBGemvSpec("f16", bits, 1, 2, 4, arch=75), FpAIntBGemvSpec("f16", bits, 2, 1, 2, arch=75)]
         for act in ("f16", "bf16"):
             specs += [FpAIntBGemvSpec(act, bits, 1, 1, w) for w in (1, 2, 8)]
+            specs += [FpAIntBGemvSpec(act, bits, 1, 2, 8, min_warps_per_sm=16, prefetch=pf, rows8=r8)
+                      for pf, r8 in ((2, True), (3, True), (2, False))]
     return specs
 
 
@@ -29,7 +31,7 @@ def main():
     ap.add_argument("--sm", type=int, default=90)
     args = ap.parse_args()
     specs = set(catalog(args.sm, "fpaintb_gemv") + catalog(args.sm, "fpaintb_dequant") + test_specs())
-    specs |= {s for bits in (4, 8) for m in (1, 64) for s in sweep_specs(bits, m)}
+    specs |= {s for bits in (4, 8) for m in (1, 16, 64) for s in sweep_specs(bits, m)}
     build_many(sorted(specs, key=lambda s: s.name), args.sm, jobs=args.j, progress=lambda line: None)
     print(f"prebuilt {len(specs)} FpA x IntB kernels for sm{args.sm}")
 

@@ -314,11 +314,17 @@ class FpAIntBGemvSpec(KernelSpec):
     warps_k: int = 4
     arch: int = 80
     min_warps_per_sm: int = 0  # > 0: cap registers so this many warps fit on an SM (0: no cap)
+    prefetch: int = 1          # K blocks whose loads are in flight while one computes
+    rows8: bool = False        # a CTA serves at most 8 rows (decode): half the activation registers
 
     def __post_init__(self):
         _check_fpaintb(self, (75, 80))
         if self.min_warps_per_sm not in (0, 8, 12, 16, 24):
             raise ValueError(f"min_warps_per_sm must be 0, 8, 12, 16 or 24, got {self.min_warps_per_sm!r}")
+        if self.prefetch not in (1, 2, 3):
+            raise ValueError(f"prefetch must be 1, 2 or 3, got {self.prefetch!r}")
+        if self.rows8 and self.m_tiles != 1:
+            raise ValueError("rows8 needs m_tiles 1")
         if self.m_tiles not in (1, 2, 4):
             raise ValueError(f"m_tiles must be 1, 2 or 4, got {self.m_tiles!r}")
         if self.n_tiles not in (1, 2, 4, 8):
@@ -340,7 +346,8 @@ class FpAIntBGemvSpec(KernelSpec):
     def name(self) -> str:
         return (f"qgemm_fpaintb_gemv_sm{self.arch}_{self.act}_int{self.bits}"
                 f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}"
-                f"{f'_o{self.min_warps_per_sm}' if self.min_warps_per_sm else ''}")
+                f"{f'_o{self.min_warps_per_sm}' if self.min_warps_per_sm else ''}"
+                f"{f'_p{self.prefetch}' if self.prefetch != 1 else ''}{'_r8' if self.rows8 else ''}")
 
 
 @dataclass(frozen=True)

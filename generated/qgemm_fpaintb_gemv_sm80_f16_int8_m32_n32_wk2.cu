@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemv_sm80_f16_int8_m32_n32_wk2
-// spec:   FpAIntBGemvSpec(act='f16', bits=8, m_tiles=2, n_tiles=4, warps_k=2, arch=80, min_warps_per_sm=0)
+// spec:   FpAIntBGemvSpec(act='f16', bits=8, m_tiles=2, n_tiles=4, warps_k=2, arch=80, min_warps_per_sm=0, prefetch=1, rows8=False)
 
 // FpA x IntB small-M kernel: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale
 // group-wise along K, for decode-sized M. Memory bound: every weight byte is read once, straight
@@ -54,6 +54,9 @@ constexpr int kMTiles = 2;
 constexpr int kNTiles = 4;
 constexpr int kWarpsK = 2;
 constexpr int kThreads = 32 * kWarpsK;
+constexpr int kDepth = 1 + 1;      // register buffers of blocks in the ring
+constexpr bool kRows8 = false;  // 8 rows per CTA: nothing for rows g + 8
+constexpr int kCtaRows = kRows8 ? 8 : 16 * kMTiles;
 
 constexpr int kBlockK = 128;                     // K rows per block: 4 lanes x 32
 constexpr int kLaneRows = 32;
@@ -119,7 +122,7 @@ struct Adapter {
 
   static int plan(QgemmProblem const& p, QgemmLaunch& launch) {
     if (!valid(p)) return QGEMM_STATUS_BAD_PROBLEM;
-    int64_t grid_m = (p.m + 16 * kMTiles - 1) / (16 * kMTiles);
+    int64_t grid_m = (p.m + kCtaRows - 1) / kCtaRows;
     if (grid_m > 65535) return QGEMM_STATUS_BAD_PROBLEM;
     launch.grid[0] = uint32_t((p.n + 8 * kNTiles - 1) / (8 * kNTiles));
     launch.grid[1] = uint32_t(grid_m);
@@ -198,8 +201,9 @@ struct Adapter {
   // Rows g and g + 8 of the M tile starting at row m0, K rows [k0, k0 + 32); zeros past M or K.
   static __device__ void load_x(Params const& p, int m0, int k0, uint4 (&x)[2][4]) {
     int const g = (threadIdx.x % 32) / 4;
+    if (kRows8) x[1][0] = x[1][1] = x[1][2] = x[1][3] = make_uint4(0, 0, 0, 0);  // rows g + 8: none
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < (kRows8 ? 1 : 2); ++r) {
       int const row = m0 + 8 * r + g;
       bool const ok = k0 < p.k && row < p.m;
       uint4 const* src = reinterpret_cast<uint4 const*>(p.x + int64_t(row) * p.ldx + k0);
@@ -290,17 +294,23 @@ struct Adapter {
 
   static __device__ void run(Params const& p, char* smem) {
     int const warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int const n0 = blockIdx.x * 8 * kNTiles, m0 = blockIdx.y * 16 * kMTiles;
+    int const n0 = blockIdx.x * 8 * kNTiles, m0 = blockIdx.y * kCtaRows;
     float acc[kMTiles][kNTiles][4] = {};
 
-    // Two register buffers: the next block's loads are in flight while this one computes.
-    Fragments cur, next;
-    int b = warp;
-    if (b < p.k_blocks) load(p, b, m0, n0, cur);
-    for (; b < p.k_blocks; b += kWarpsK) {
-      if (b + kWarpsK < p.k_blocks) load(p, b + kWarpsK, m0, n0, next);
-      compute(p, m0, cur, acc);
-      cur = next;
+    // A ring of kDepth register buffers: the loads of the next kDepth - 1 blocks are in flight
+    // while one computes. Loads past the last block are predicated off (zero fill, no access).
+    Fragments ring[kDepth];
+#pragma unroll
+    for (int s = 0; s < kDepth - 1; ++s) load(p, warp + s * kWarpsK, m0, n0, ring[s]);
+    int const blocks = (p.k_blocks - warp + kWarpsK - 1) / kWarpsK;  // this warp's: warp, warp + kWarpsK, ...
+    for (int i0 = 0; i0 < blocks; i0 += kDepth) {
+#pragma unroll
+      for (int s = 0; s < kDepth; ++s) {
+        int const i = i0 + s;
+        if (i >= blocks) break;
+        load(p, warp + (i + kDepth - 1) * kWarpsK, m0, n0, ring[(s + kDepth - 1) % kDepth]);
+        compute(p, m0, ring[s], acc);
+      }
     }
 
     if (kWarpsK > 1) {
@@ -331,7 +341,7 @@ struct Adapter {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < (kRows8 ? 1 : 2); ++r) {
           int const row = m0 + 16 * mt + 8 * r + g;
           if (row >= p.m) continue;
           float const v0 = qgemm::fpaintb::activate(acc[mt][t][2 * r] + bias0, p.activation);
@@ -345,4 +355,4 @@ struct Adapter {
 
 }  // namespace
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int8_m32_n32_wk2, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":2,\"min_warps_per_sm\":0,\"n_tiles\":4,\"warps_k\":2}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int8_m32_n32_wk2, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":2,\"min_warps_per_sm\":0,\"n_tiles\":4,\"prefetch\":1,\"rows8\":false,\"warps_k\":2}")

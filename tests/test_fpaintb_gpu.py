@@ -114,23 +114,27 @@ def test_gemm_odd_shapes(bits, dtype, group_size, zeros):
 @pytest.mark.parametrize("dtype", ACTS)
 @pytest.mark.parametrize("bits", (4, 8))
 def test_every_catalog_kernel(bits, dtype):
-    """Each small-M kernel of the catalog (and Sm75's two-step MMA, on FP16), at M = 1, 17 and
-    64 and beyond its own tile (M = 100 runs several CTAs along M)."""
+    """Each small-M kernel of the catalog, plus Sm75's two-step MMA (FP16), other warp counts,
+    deeper prefetch and 8-row CTAs, at M = 1, 17, 64 and 100 (several CTAs along M), with group
+    size 64 (scales on the weights) and 128 (scales on each block's sum)."""
     from cutlass_gen.catalog import catalog
     target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
-    specs = [s for s in catalog(target, FpAIntBGemvSpec.family) if s.act == qgemm.fpaintb.ACT_DTYPES[dtype]
-             and s.bits == bits]
+    act = qgemm.fpaintb.ACT_DTYPES[dtype]
+    specs = [s for s in catalog(target, FpAIntBGemvSpec.family) if s.act == act and s.bits == bits]
     if dtype == torch.float16:
         specs += [FpAIntBGemvSpec("f16", bits, 1, 2, 4, arch=75), FpAIntBGemvSpec("f16", bits, 2, 1, 2, arch=75)]
-    specs += [FpAIntBGemvSpec(qgemm.fpaintb.ACT_DTYPES[dtype], bits, 1, 1, w) for w in (1, 2, 8)]
-    n, k = 72, 704  # 9 column tiles, K ends on half a block
-    weight = random_weight(k, n, bits, 64, True, dtype, seed=7)
-    plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=3))
-    for spec in specs:
-        for m in (1, 17, 64, 100):
-            x = randn(m, k, dtype=dtype, seed=m)
-            err = rel_err(run(plan, x, heuristics.FpAIntBChoice(spec)), reference(x, weight, plan.bias))
-            assert err < BOUND[dtype], (spec.name, m, err)
+    specs += [FpAIntBGemvSpec(act, bits, 1, 1, w) for w in (1, 2, 8)]
+    specs += [FpAIntBGemvSpec(act, bits, 1, 2, 8, min_warps_per_sm=16, prefetch=pf, rows8=r8)
+              for pf, r8 in ((2, True), (3, True), (2, False))]
+    n = 72  # 9 column tiles
+    for group_size, k in ((64, 704), (128, 640)):  # 704: K ends on half a 128-row block
+        weight = random_weight(k, n, bits, group_size, True, dtype, seed=7)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=3))
+        for spec in specs:
+            for m in (1, 17, 64, 100):
+                x = randn(m, k, dtype=dtype, seed=m)
+                err = rel_err(run(plan, x, heuristics.FpAIntBChoice(spec)), reference(x, weight, plan.bias))
+                assert err < BOUND[dtype], (spec.name, group_size, m, err)
 
 
 @pytest.mark.parametrize("activation", ("relu", "silu", "gelu"))

@@ -74,9 +74,11 @@ def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
 
 
 # FpA x IntB: every small-M configuration qgemm/heuristics.py fpaintb_choice can pick, as
-# (m_tiles, n_tiles, warps_k, min_warps_per_sm), for each activation type and weight width
-# (Sm75 builds FP16 only).
-_FPAINTB_GEMV_CONFIGS = [(1, 2, 8, 16), (1, 4, 4, 12)] + [(2, 4, warps_k, 0) for warps_k in (1, 2, 4)]
+# FpAIntBGemvSpec keyword arguments, for each activation type and weight width (Sm75: FP16 only).
+_FPAINTB_GEMV_CONFIGS = [
+    dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),   # decode, up to 8 rows
+    dict(m_tiles=1, n_tiles=4, warps_k=4),                                    # 9 to 16 rows
+] + [dict(m_tiles=2, n_tiles=4, warps_k=warps_k) for warps_k in (1, 2, 4)]   # 17 to 64 rows
 
 
 def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
@@ -85,8 +87,8 @@ def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
 
 def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:
     arch, acts = _fpaintb_arch(target_sm)
-    return [FpAIntBGemvSpec(act, bits, m_tiles, n_tiles, warps_k, arch=arch, min_warps_per_sm=occupancy)
-            for act in acts for bits in (4, 8) for m_tiles, n_tiles, warps_k, occupancy in _FPAINTB_GEMV_CONFIGS]
+    return [FpAIntBGemvSpec(act, bits, arch=arch, **config)
+            for act in acts for bits in (4, 8) for config in _FPAINTB_GEMV_CONFIGS]
 
 
 def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:

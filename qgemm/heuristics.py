@@ -109,22 +109,22 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
 # cuBLAS runs the compute-bound GEMM (M = 64 on an H100: the small-M kernel 205-330 us against
 # 470-530 us for dequantize + cuBLAS; M = 256: the reverse).
 # The CTA shape, from sweeps on an H100 (benchmarks/bench_fpaintb.py --sweep: M = 1 and 16, four
-# (K, N) shapes, n_tiles x warps_k x register cap; numbers below are M, K, N: time):
-#   * up to 8 rows (FPAINTB_DECODE): 16 columns per CTA, 8 warps splitting K, registers capped so
-#     16 warps fit on an SM. Occupancy keeps the code loads in flight, and narrow deep CTAs give
-#     every shape enough of them. Best or within 5% of the best on all four shapes at M = 1
-#     (1, 11008, 4096: 16.3 us, next 19.2; 1, 28672, 8192: 69.5, next 80.3).
-#   * 9 to 16 rows: the activations (16 rows) are re-read once per CTA, so wide CTAs pay off where
-#     N is large enough to still fill the GPU: 32 columns, 4 warps, 12 warps per SM when
-#     N >= FPAINTB_WIDE_N (16, 14336, 21504: 113 us against 129; 16, 4096, 12288: 21.5 against
-#     25.7), the decode CTA below (16, 28672, 8192: 84.9 against 96.4).
+# (K, N) shapes, n_tiles x warps_k x register cap x prefetch depth; numbers are M, K, N: time):
+#   * up to 8 rows (FPAINTB_DECODE): 8-row CTAs (no registers or loads for rows that cannot
+#     exist), 16 columns, 8 warps splitting K, registers capped so 16 warps fit on an SM.
+#     Occupancy keeps the code loads in flight, and narrow deep CTAs give every shape enough of
+#     them. Within 12% of the best configuration on all four shapes, INT4 and INT8 (1, 11008, 4096:
+#     14.6 us, the best; 1, 14336, 21504: 87.6 against 85.2). Deeper prefetch (2 or 3 blocks) did
+#     not help: the registers it takes cost more occupancy than it adds loads in flight.
+#   * 9 to 16 rows (FPAINTB_SMALL): the 16 activation rows are re-read once per CTA, so wider CTAs
+#     pay off: 32 columns, 4 warps, no register cap (16, 28672, 8192: 73.7 us against 110 for the
+#     decode CTA; 16, 14336, 21504: 115.8 against 159).
 #   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA, and the fewest warps splitting
 #     K that put FPAINTB_WARPS_PER_SM warps on every SM (64, 14336, 21504: 327 us against 475 us
 #     for one 64-row tile).
 FPAINTB_GEMV_MAX_M = 64
-FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16)
-FPAINTB_DECODE_WIDE = dict(m_tiles=1, n_tiles=4, warps_k=4, min_warps_per_sm=12)
-FPAINTB_WIDE_N = 12288
+FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True)
+FPAINTB_SMALL = dict(m_tiles=1, n_tiles=4, warps_k=4)
 FPAINTB_WARPS_PER_SM = 8
 FPAINTB_WARPS_K = (1, 2, 4)
 
@@ -142,8 +142,7 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
     if m > FPAINTB_GEMV_MAX_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
     if m <= 16:
-        wide = m > 8 and n >= FPAINTB_WIDE_N
-        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **(FPAINTB_DECODE_WIDE if wide else FPAINTB_DECODE)))
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **(FPAINTB_DECODE if m <= 8 else FPAINTB_SMALL)))
     ctas = -(-n // 32)
     warps_k = next((w for w in FPAINTB_WARPS_K if ctas * w >= FPAINTB_WARPS_PER_SM * sm_count), FPAINTB_WARPS_K[-1])
     return FpAIntBChoice(FpAIntBGemvSpec(act, bits, 2, 4, warps_k, arch=arch))

@@ -303,6 +303,7 @@ class FpAIntBPlan:
 
 def fpaintb_linear(x: torch.Tensor, weight: IntBWeight, bias: torch.Tensor | None = None,
                    activation: str = "none") -> torch.Tensor:
-    """One-shot form of FpAIntBPlan (the plan is built on each call; keep a plan for repeated use)."""
-    return FpAIntBPlan(weight, act_dtype=x.dtype if isinstance(x, torch.Tensor) and x.dtype in ACT_DTYPES
-                       else torch.float16, bias=bias, activation=activation)(x)
+    """One-shot form of FpAIntBPlan for x float16/bfloat16 (the plan is built on each call; keep a
+    plan for repeated use)."""
+    _checks.tensor("x", x, tuple(ACT_DTYPES))
+    return FpAIntBPlan(weight, act_dtype=x.dtype, bias=bias, activation=activation)(x)

@@ -24,7 +24,7 @@ import qgemm
 from cutlass_gen.build import build_many
 from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
 from qgemm import heuristics
-from timing import bench_graph, copy_bandwidth
+from timing import bench_graph, copy_bandwidth, host_us
 
 SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]
 MS = [1, 16, 64, 256, 4096]
@@ -108,7 +108,16 @@ def run(shapes, ms, sweep: bool) -> dict:
         del w, plans
         torch.cuda.empty_cache()
     return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "rows": rows,
-            "summary": summary(rows)}
+            "host_overhead_us_per_call": host_overhead_us(), "summary": summary(rows)}
+
+
+def host_overhead_us() -> float:
+    """Host time of one warm plan call at M = 1 with out= given (checks, Params, launch)."""
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    plan = qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 4, 128))
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    out = torch.empty(1, 4096, device="cuda", dtype=torch.float16)
+    return host_us(lambda: plan(x, out))
 
 
 def _geo(values):
@@ -154,7 +163,8 @@ def main():
     result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s; times in us")
+    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s; times in us; "
+          f"host overhead {result['host_overhead_us_per_call']:.1f} us per plan call")
     print(HEADER)
     for r in result["rows"]:
         print(_fmt(r))

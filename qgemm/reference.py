@@ -147,3 +147,23 @@ def fp8_blockwise_gemm(xq, sx, wq, sw, bias=None) -> torch.Tensor:
     if bias is not None:
         out = out + bias.to(out.device).double()
     return out
+
+
+def conv2d_int8(x_q: torch.Tensor, w_q: torch.Tensor, bias, quant, stride=(1, 1), padding=(0, 0),
+                dilation=(1, 1)) -> torch.Tensor:
+    """The int8 convolution by definition, in float64: dequantize x_q (NHWC int8) and w_q
+    ([Co, Kh, Kw, Ci] int8), convolve with real-valued zero padding, add the bias, apply the
+    activation, requantize (round half to even, + Z_O, clamp to int8). `quant` is a
+    qgemm.conv_quant.ConvInt8Quant. Returns int8 NHWC."""
+    x = quant.input_scale * (x_q.double() - quant.input_zero)
+    w = quant.weight_scale.double().view(-1, 1, 1, 1) * w_q.double()
+    out = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), stride=stride,
+                                     padding=padding, dilation=dilation)
+    if bias is not None:
+        out = out + bias.double().view(1, -1, 1, 1)
+    if quant.activation in ("relu", "relu6"):
+        out = out.clamp(min=0)
+    if quant.activation == "relu6":
+        out = out.clamp(max=6)
+    q = torch.round(out / quant.output_scale) + quant.output_zero
+    return q.clamp(-128, 127).to(torch.int8).permute(0, 2, 3, 1).contiguous()

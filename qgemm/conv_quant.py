@@ -1,0 +1,113 @@
+"""Requantization math of the int8 convolution (ConvInt8 with FusedBias), computed at plan time.
+
+Quantization: input x = S_I * (x_q - Z_I) (per tensor), weight w = S_W[n] * w_q (per output
+channel, symmetric), float bias B[n], output o_q = round(o / S_O) + Z_O (per tensor). With the
+int32 accumulator acc = sum over taps of x_q * w_q, the output folds into one multiply-add per
+element (background: ../shared/seeds/000, ConvInt8CutlassExecution):
+
+    o_q = clamp(round(M[n] * (acc + FusedBias[n])))
+    M[n] = S_I * S_W[n] / S_O
+    FusedBias[n] = -Z_I * sum(w_q[n]) + B[n] / (S_I * S_W[n]) + Z_O / M[n]
+
+That FusedBias assumes every tap is present. A tap in the zero padding holds the real value 0,
+which is Z_I in the quantized domain, but the implicit GEMM reads 0 there: at a border output the
+term -Z_I * w_q of each padded tap is subtracted without its matching Z_I * w_q in acc. The
+correction, added per output position and channel (the same for every image of the batch), is
+
+    border[ho, wo, n] = Z_I * (sum of w_q[n, kh, kw, :] over the taps (kh, kw) that fall in the padding)
+
+ReLU and ReLU6 fold into the clamp bounds: [Z_O, 127] and [Z_O, Z_O + round(6 / S_O)] (capped at
+127), since rounding is monotonic and round(0) = 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks
+
+ACTIVATIONS = ("none", "relu", "relu6")
+
+
+@dataclass(frozen=True)
+class ConvInt8Quant:
+    """Per-tensor input and output quantization, per-output-channel weight scales."""
+
+    input_scale: float
+    input_zero: int
+    weight_scale: torch.Tensor  # float [Co]
+    output_scale: float
+    output_zero: int
+    activation: str = "none"
+
+    def __post_init__(self):
+        for name in ("input_scale", "output_scale"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("input_zero", "output_zero"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not -128 <= value <= 127:
+                raise ValueError(f"{name} must be an int in [-128, 127], got {value!r}")
+        _checks.tensor("weight_scale", self.weight_scale, (torch.float32, torch.float64, torch.float16), ndim=1)
+        if bool((self.weight_scale <= 0).any()):
+            raise ValueError("weight_scale must be positive")
+        _checks.one_of("activation", self.activation, ACTIVATIONS)
+
+    def clamp_bounds(self) -> tuple[int, int]:
+        """int8 output bounds that realize the activation."""
+        if self.activation == "none":
+            return -128, 127
+        if self.activation == "relu":
+            return max(self.output_zero, -128), 127
+        return max(self.output_zero, -128), min(127, self.output_zero + round(6.0 / self.output_scale))
+
+
+def check_weight(w_q: torch.Tensor, quant: ConvInt8Quant):
+    _checks.tensor("w_q", w_q, (torch.int8,), ndim=4)
+    if quant.weight_scale.shape[0] != w_q.shape[0]:
+        raise ValueError(f"weight_scale must have shape ({w_q.shape[0]},) (one per output channel of w_q "
+                         f"[Co, Kh, Kw, Ci]), got {tuple(quant.weight_scale.shape)}")
+
+
+def requant_params(w_q: torch.Tensor, bias: torch.Tensor | None, quant: ConvInt8Quant):
+    """M and FusedBias per output channel (float32 [Co] each), for w_q int8 [Co, Kh, Kw, Ci]."""
+    check_weight(w_q, quant)
+    co = w_q.shape[0]
+    s_w = quant.weight_scale.double()
+    if bias is None:
+        bias = torch.zeros(co, dtype=torch.float64, device=w_q.device)
+    else:
+        _checks.tensor("bias", bias, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=1)
+        _checks.shape("bias", bias, (co,))
+    multiplier = quant.input_scale * s_w / quant.output_scale
+    weight_sum = w_q.double().sum(dim=(1, 2, 3))
+    fused_bias = (-quant.input_zero * weight_sum + bias.double() / (quant.input_scale * s_w)
+                  + quant.output_zero / multiplier)
+    return multiplier.float(), fused_bias.float()
+
+
+def output_hw(in_hw, kernel_hw, stride, padding, dilation) -> tuple[int, int]:
+    return tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
+                 for i, k, s, p, d in zip(in_hw, kernel_hw, stride, padding, dilation))
+
+
+def border_correction(w_q: torch.Tensor, in_hw, stride, padding, dilation, input_zero: int) -> torch.Tensor:
+    """int32 [Ho, Wo, Co]: Z_I times the weights of the taps each output reads from the padding."""
+    co, kh, kw, _ = w_q.shape
+    tap_sum = w_q.double().sum(dim=3).unsqueeze(1)                     # [Co, 1, Kh, Kw]
+    ones = torch.ones(1, 1, *in_hw, dtype=torch.float64, device=w_q.device)
+    present = F.conv2d(ones, tap_sum, stride=stride, padding=padding, dilation=dilation)[0]   # [Co, Ho, Wo]
+    padded = tap_sum.sum(dim=(1, 2, 3)).view(co, 1, 1) - present
+    return (input_zero * padded).permute(1, 2, 0).round().to(torch.int32).contiguous()
+
+
+def requantize(acc: torch.Tensor, multiplier: torch.Tensor, fused_bias: torch.Tensor, border: torch.Tensor,
+               quant: ConvInt8Quant) -> torch.Tensor:
+    """What the kernel's epilogue computes, in float32: acc int [N, Ho, Wo, Co] -> int8."""
+    lo, hi = quant.clamp_bounds()
+    # The border term is an integer: it joins acc exactly before the one conversion to float.
+    value = multiplier * ((acc + border).float() + fused_bias)
+    return torch.round(value).clamp(lo, hi).to(torch.int8)  # round half to even, as cvt.rni

@@ -1,0 +1,96 @@
+"""Requantization math of the int8 convolution (qgemm/conv_quant.py) against the definition.
+
+The integer path (int32 accumulator with zero padding + border correction + FusedBias, one float32
+multiply, round half to even) must match the float64 reference (dequantize, convolve with real
+zero padding, bias, activation, requantize) exactly except where the two land on opposite sides of
+a rounding tie: there they may differ by 1 LSB. The tests assert |diff| <= 1 everywhere and exact
+agreement on at least 99% of the outputs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qgemm import conv_quant, reference
+from qgemm.conv_quant import ConvInt8Quant
+
+
+def accumulate(x_q, w_q, stride, padding, dilation):
+    """The int32 accumulator the implicit GEMM produces: zero padding in the quantized domain."""
+    acc = F.conv2d(x_q.double().permute(0, 3, 1, 2), w_q.double().permute(0, 3, 1, 2), stride=stride,
+                   padding=padding, dilation=dilation)
+    return acc.permute(0, 2, 3, 1).round().to(torch.int64)
+
+
+CASES = [  # (N, H, W, Ci, Co, K, stride, padding, dilation)
+    (2, 9, 7, 16, 8, 3, 1, 1, 1),
+    (1, 11, 11, 8, 24, 7, 2, 3, 1),
+    (2, 8, 10, 16, 16, 3, 2, 1, 2),
+    (1, 6, 6, 32, 8, 1, 1, 0, 1),
+    (1, 5, 9, 8, 8, 3, 1, 3, 1),     # padding wider than half the kernel: taps entirely in the border
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("activation", ("none", "relu", "relu6"))
+@pytest.mark.parametrize("input_zero", (-100, 0, 57))
+def test_integer_path_matches_the_float_reference(case, activation, input_zero):
+    n, h, w, ci, co, k, s, p, d = case
+    g = torch.Generator().manual_seed(h * 100 + co + input_zero)
+    x_q = torch.randint(-128, 128, (n, h, w, ci), generator=g, dtype=torch.int8)
+    w_q = torch.randint(-127, 128, (co, k, k, ci), generator=g, dtype=torch.int8)
+    bias = torch.randn(co, generator=g) * 2
+    quant = ConvInt8Quant(0.02, input_zero, torch.rand(co, generator=g) * 0.01 + 0.001, 0.5, -7, activation)
+    stride, padding, dilation = (s, s), (p, p), (d, d)
+
+    multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)
+    border = conv_quant.border_correction(w_q, (h, w), stride, padding, dilation, input_zero)
+    acc = accumulate(x_q, w_q, stride, padding, dilation)
+    assert border.shape == acc.shape[1:]
+    got = conv_quant.requantize(acc, multiplier, fused_bias, border, quant)
+    ref = reference.conv2d_int8(x_q, w_q, bias, quant, stride, padding, dilation)
+    diff = (got.int() - ref.int()).abs()
+    assert diff.max() <= 1, "more than 1 LSB from the reference"
+    assert (diff == 0).float().mean() >= 0.99
+    if input_zero != 0 and p > 0:
+        # Without the border correction the padded outputs would be wrong by far more than 1 LSB.
+        wrong = conv_quant.requantize(acc, multiplier, fused_bias, torch.zeros_like(border), quant)
+        assert (wrong.int() - ref.int()).abs().max() > 1
+
+
+def test_border_correction_is_zero_inside_and_without_padding():
+    w_q = torch.randint(-127, 128, (4, 3, 3, 8), dtype=torch.int8)
+    inner = conv_quant.border_correction(w_q, (8, 8), (1, 1), (1, 1), (1, 1), 50)
+    assert torch.all(inner[1:-1, 1:-1] == 0) and torch.any(inner[0] != 0)
+    assert torch.all(conv_quant.border_correction(w_q, (8, 8), (1, 1), (0, 0), (1, 1), 50) == 0)
+
+
+def test_clamp_bounds_fold_the_activation():
+    q = ConvInt8Quant(0.1, 0, torch.ones(2), 0.05, -20, "relu6")
+    assert q.clamp_bounds() == (-20, 100)  # Z_O + round(6 / 0.05) = -20 + 120
+    assert ConvInt8Quant(0.1, 0, torch.ones(2), 0.05, -20, "relu").clamp_bounds() == (-20, 127)
+
+
+@pytest.mark.parametrize("kwargs, exc, fragment", [
+    (dict(input_scale=0.0), ValueError, "input_scale must be a positive number"),
+    (dict(input_zero=200), ValueError, "input_zero must be an int in \\[-128, 127\\]"),
+    (dict(weight_scale=torch.ones(2, 2)), ValueError, "weight_scale must be 1-D"),
+    (dict(weight_scale=-torch.ones(3)), ValueError, "weight_scale must be positive"),
+    (dict(activation="gelu"), ValueError, "activation must be one of"),
+])
+def test_quant_rejects(kwargs, exc, fragment):
+    args = dict(input_scale=0.1, input_zero=0, weight_scale=torch.ones(3), output_scale=0.1, output_zero=0)
+    args.update(kwargs)
+    with pytest.raises(exc, match=fragment):
+        ConvInt8Quant(**args)
+
+
+def test_requant_params_checks_shapes():
+    quant = ConvInt8Quant(0.1, 3, torch.ones(4), 0.2, 1)
+    with pytest.raises(ValueError, match=r"weight_scale must have shape \(5,\)"):
+        conv_quant.requant_params(torch.zeros(5, 3, 3, 8, dtype=torch.int8), None, quant)
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+        conv_quant.requant_params(torch.zeros(4, 3, 3, 8, dtype=torch.int8), torch.zeros(3), quant)
+    with pytest.raises(TypeError, match="w_q must have dtype int8"):
+        conv_quant.requant_params(torch.zeros(4, 3, 3, 8), None, quant)

@@ -41,6 +41,14 @@ def same_device(name: str, value: torch.Tensor, device: torch.device):
         raise ValueError(f"{name} must be on {device}, got {value.device}")
 
 
+def aligned(name: str, value: torch.Tensor, nbytes: int, why: str):
+    """The kernels' vector accesses need the tensor's start address aligned."""
+    offset = value.data_ptr() % nbytes
+    if offset:
+        raise ValueError(f"{name} must start at a {nbytes}-byte aligned address ({why}), got offset {offset} "
+                         f"bytes: pass a fresh or .clone()d tensor")
+
+
 def one_of(name: str, value, accepted: tuple):
     if value not in accepted:
         raise ValueError(f"{name} must be one of {accepted}, got {value!r}")

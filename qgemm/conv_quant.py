@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
-
-ACTIVATIONS = ("none", "relu", "relu6")
+from .reference import ACTIVATIONS  # none, relu, relu6: the ones a clamp can realize
 
 
 @dataclass(frozen=True)

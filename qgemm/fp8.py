@@ -47,9 +47,7 @@ def _check_device(device: torch.device) -> int:
 
 
 def _check_aligned(name: str, t: torch.Tensor):
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start at a 16-byte aligned address (TMA), got offset "
-                         f"{t.data_ptr() % 16} bytes: pass a fresh or .clone()d tensor")
+    _checks.aligned(name, t, 16, "TMA")
 
 
 def _check_k(name: str, k: int):

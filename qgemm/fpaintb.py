@@ -32,7 +32,8 @@ from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
 
 ACT_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 GROUP_SIZES = (32, 64, 128, 256)
-ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3}
+ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3}  # the kernels' epilogue codes
+_TORCH_ACTIVATIONS = {"none": lambda y: y, "relu": F.relu, "silu": F.silu, "gelu": F.gelu}  # dequantize path
 _WHAT = "qgemm FpA x IntB GEMM"
 
 
@@ -114,16 +115,8 @@ class IntBWeight:
 
     def dequantize(self) -> torch.Tensor:
         """float64 [K, N] in the original row order (act-order undone): x @ this == the layer."""
-        g = self.group_size
-        zero = self.zero if self.zero is not None else torch.full_like(self.scale, 2 ** (self.bits - 1),
-                                                                       dtype=torch.uint8)
-        u = self.codes().double()
-        z = zero.double().repeat_interleave(g, dim=0)
-        s = self.scale.double().repeat_interleave(g, dim=0)
-        w = (u - z) * s
-        if self.perm is not None:
-            w = torch.empty_like(w).index_copy_(0, self.perm.to(w.device), w)
-        return w
+        return wq_format.IntWeight(self.codes(), self.scale, self.zero, self.bits, self.group_size,
+                                   self.perm).dequantize()
 
 
 def _check_weight(weight: IntBWeight):
@@ -137,8 +130,7 @@ def _check_weight(weight: IntBWeight):
     _checks.cuda_device("weight.packed", weight.packed)
     _checks.shape("weight.packed", weight.packed, lay.packed_shape(k, n))
     _checks.contiguous("weight.packed", weight.packed)
-    if weight.packed.data_ptr() % 16:
-        raise ValueError("weight.packed must start at a 16-byte aligned address (16-byte loads)")
+    _checks.aligned("weight.packed", weight.packed, 16, "16-byte loads")
     device = weight.packed.device
     _checks.tensor("weight.scale", weight.scale, tuple(ACT_DTYPES), ndim=2)
     _checks.shape("weight.scale", weight.scale, (k // weight.group_size, n))
@@ -217,15 +209,13 @@ class FpAIntBPlan:
         m = x.shape[0]
         if m == 0 or x.shape[1] != w.k:
             raise ValueError(f"x must have shape (M >= 1, {w.k}), got {tuple(x.shape)}")
-        if x.data_ptr() % 16:
-            raise ValueError("x must start at a 16-byte aligned address (16-byte loads): pass a .clone()d tensor")
+        _checks.aligned("x", x, 16, "16-byte loads")
         if out is not None:
             _checks.tensor("out", out, (self.act_dtype,), ndim=2)
             _checks.shape("out", out, (m, w.n))
             _checks.cuda_device("out", out, self.device)
             _checks.contiguous("out", out)
-            if out.data_ptr() % 4:
-                raise ValueError("out must start at a 4-byte aligned address (paired stores)")
+            _checks.aligned("out", out, 4, "paired stores")
         if self._perm is not None:
             x = x.index_select(1, self._perm)
         if choice is None:
@@ -267,11 +257,7 @@ class FpAIntBPlan:
     def dequantize(self) -> torch.Tensor:
         """W^T as the kernels see it: [N, K] in the activation dtype, stored row order."""
         spec = FpAIntBDequantSpec(self._act, self.weight.bits, self._arch)
-        kernel = get_kernel(spec, self.target_sm)
-        with self._lock:
-            p = self._problem
-            p.ld[2] = self.weight.k
-            launch = kernel.plan(p)
+        _, kernel, launch = self._prepare(1, heuristics.FpAIntBChoice(spec))
         return self._run_dequant(kernel, launch)
 
     def _run_dequant(self, kernel, launch) -> torch.Tensor:
@@ -281,20 +267,14 @@ class FpAIntBPlan:
         with self._lock:
             p = self._problem
             p.ptr[5] = dense.data_ptr()
-            p.ld[2] = w.k
+            p.ld[2] = w.k  # W [N, K] rows
             kernel.launch(p, launch, self._device_index, stream, 0, self._call)
         return dense
 
     def _dequantize_then_matmul(self, x, out, kernel, launch) -> torch.Tensor:
         # Large M is compute bound: one dequantization (a weight-sized write) then cuBLAS.
         dense = self._run_dequant(kernel, launch)
-        y = F.linear(x, dense, self.bias)
-        if self.activation == "relu":
-            y = F.relu(y)
-        elif self.activation == "silu":
-            y = F.silu(y)
-        elif self.activation == "gelu":
-            y = F.gelu(y)
+        y = _TORCH_ACTIVATIONS[self.activation](F.linear(x, dense, self.bias))
         if out is not None:
             out.copy_(y)
             return out

@@ -64,8 +64,6 @@ class IntBWeight:
             raise TypeError(f"w must be a qgemm.wq_format.IntWeight, got {type(w).__name__}")
         k, n = w.u.shape
         _check_group_size(w.group_size, k)
-        if w.scale.dtype not in ACT_DTYPES:
-            raise TypeError(f"w.scale must be float16 or bfloat16, got {w.scale.dtype}")
         packed = fpaintb_pack.pack(w.u.contiguous(), w.bits)
         zero = w.zero.contiguous() if w.zero is not None else None
         return cls(packed, w.scale.contiguous(), zero, w.bits, w.group_size, k, n, w.perm)

@@ -306,3 +306,55 @@ def test_from_signed_packs_biased_codes():
     w = qgemm.IntBWeight.from_signed(q, torch.ones(16, dtype=torch.half))
     assert torch.equal(w.codes().to(torch.int16) - 128, q.t().to(torch.int16))
     assert torch.equal(w.dequantize(), q.t().double())
+
+
+def test_plan_rejects_misaligned_and_mistyped_tensors(fake_gpu):
+    fake_gpu()
+    w = int_weight()
+    plan = qgemm.FpAIntBPlan(w)
+    x = torch.zeros(2 * 256 + 1, dtype=torch.float16)[1:].view(2, 256)  # 2-byte offset
+    with pytest.raises(ValueError, match="x must start at a 16-byte aligned address \\(16-byte loads\\), got offset 2"):
+        plan(x)
+    good = torch.zeros(2, 256, dtype=torch.float16)
+    with pytest.raises(TypeError, match="out must have dtype float16; got float32"):
+        plan(good, torch.empty(2, 16))
+    odd_out = torch.zeros(2 * 16 + 1, dtype=torch.float16)[1:].view(2, 16)
+    with pytest.raises(ValueError, match="out must start at a 4-byte aligned address \\(paired stores\\)"):
+        plan(good, odd_out)
+    with pytest.raises(ValueError, match="does not fit this plan"):
+        plan(good, choice=heuristics.FpAIntBChoice(FpAIntBGemvSpec("bf16", 4)))
+    packed = torch.zeros(w.packed.numel() + 1, dtype=torch.uint8)[1:].view(w.packed.shape)
+    with pytest.raises(ValueError, match="weight.packed must start at a 16-byte aligned address"):
+        qgemm.FpAIntBPlan(_replace(w, packed=packed))
+    with pytest.raises(ValueError, match=r"weight.perm must have shape \(256,\)"):
+        qgemm.FpAIntBPlan(_replace(w, perm=torch.arange(128)))
+    with pytest.raises(TypeError, match="weight.packed must have dtype uint8; got int8"):
+        qgemm.FpAIntBPlan(_replace(w, packed=w.packed.view(torch.int8)))
+
+
+def test_weight_constructors_reject():
+    with pytest.raises(TypeError, match="w must be a qgemm.wq_format.IntWeight, got Tensor"):
+        qgemm.IntBWeight.from_int_weight(torch.zeros(64, 8))
+    logical = wq_format.IntWeight(torch.zeros(64, 8, dtype=torch.uint8), torch.ones(1, 8, dtype=torch.float16),
+                                  None, 4, 64)
+    with pytest.raises(TypeError, match="IntWeight.scale must have dtype float16, bfloat16; got float32"):
+        qgemm.IntBWeight.from_int_weight(_replace(logical, scale=torch.ones(1, 8)))  # IntWeight checks it
+    with pytest.raises(ValueError, match="bits must be one of"):
+        qgemm.IntBWeight.from_float(torch.randn(8, 64), bits=3)
+    with pytest.raises(TypeError, match="weight must have dtype"):
+        qgemm.IntBWeight.from_float(torch.zeros(8, 64, dtype=torch.int32))
+
+
+def test_one_shot_and_module_reject(fake_gpu):
+    fake_gpu()
+    with pytest.raises(TypeError, match="x must have dtype float16, bfloat16; got float32"):
+        qgemm.fpaintb_linear(torch.zeros(2, 256), int_weight())
+    layer = qgemm.nn.QuantLinear(int_weight())
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 256\), got \(2, 128\)"):
+        layer(torch.zeros(2, 128, dtype=torch.float16))
+    with pytest.raises(TypeError, match="x must be float16 or bfloat16, got torch.float32"):
+        layer(torch.zeros(2, 256))
+    with pytest.raises(TypeError, match="linear must be a torch.nn.Linear, got Conv2d"):
+        qgemm.nn.QuantLinear.from_float(torch.nn.Conv2d(1, 1, 1))
+    with pytest.raises(TypeError, match="weight must be a qgemm.IntBWeight, got Tensor"):
+        qgemm.nn.QuantLinear(torch.zeros(8, 8))

@@ -287,22 +287,36 @@ class Fp8ActQuantSpec(KernelSpec):
 ACT_TYPES = ("f16", "bf16")
 
 
-def _check_fpaintb(spec, arch_choices: tuple):
-    if spec.act not in ACT_TYPES:
-        raise ValueError(f"act must be one of {ACT_TYPES}, got {spec.act!r}")
-    if spec.bits not in fpaintb_layout.BITS:
-        raise ValueError(f"bits must be one of {fpaintb_layout.BITS}, got {spec.bits!r}")
-    if spec.arch not in arch_choices:
-        raise ValueError(f"arch must be one of {arch_choices} for {spec.family}, got {spec.arch!r}")
-    if spec.act == "bf16" and spec.arch < 80:
-        raise ValueError("act bf16 needs arch 80 or later (Turing has no BF16 tensor-core MMA)")
+class _FpAIntBSpec(KernelSpec):
+    """What the FpA x IntB specs share: activation and weight types, and the packed layout the
+    templates read (cutlass_gen/fpaintb_layout.py)."""
+
+    ARCHS: ClassVar[tuple] = (75, 80)
+
+    def _check_types(self):
+        if self.act not in ACT_TYPES:
+            raise ValueError(f"act must be one of {ACT_TYPES}, got {self.act!r}")
+        if self.bits not in fpaintb_layout.BITS:
+            raise ValueError(f"bits must be one of {fpaintb_layout.BITS}, got {self.bits!r}")
+        if self.arch not in self.ARCHS:
+            raise ValueError(f"arch must be one of {self.ARCHS} for {self.family}, got {self.arch!r}")
+        if self.act == "bf16" and self.arch < 80:
+            raise ValueError("act bf16 needs arch 80 or later (Turing has no BF16 tensor-core MMA)")
+
+    @property
+    def act_ctype(self) -> str:
+        return CTYPES[self.act]
+
+    def template_context(self) -> dict:
+        return {"layout": fpaintb_layout.layout(self.bits)}
 
 
 @dataclass(frozen=True)
-class FpAIntBGemvSpec(KernelSpec):
+class FpAIntBGemvSpec(_FpAIntBSpec):
     """FP16/BF16 activations x INT4/INT8 weights, for small M: codes go from global memory
-    straight into registers, through the lop3/prmt converters, into m16n8k16 MMAs (two m16n8k8
-    on Sm75). A CTA owns 16 * m_tiles rows and 8 * n_tiles columns; warps_k warps split K."""
+    straight into a ring of prefetch + 1 register buffers, through the lop3/prmt converters, into
+    m16n8k16 MMAs (two m16n8k8 on Sm75). A CTA owns 16 * m_tiles rows (8 with rows8) and
+    8 * n_tiles columns; warps_k warps split K."""
 
     family: ClassVar[str] = "fpaintb_gemv"
     template: ClassVar[str] = "fpaintb_gemv.cu.j2"
@@ -315,10 +329,10 @@ class FpAIntBGemvSpec(KernelSpec):
     arch: int = 80
     min_warps_per_sm: int = 0  # > 0: cap registers so this many warps fit on an SM (0: no cap)
     prefetch: int = 1          # K blocks whose loads are in flight while one computes
-    rows8: bool = False        # a CTA serves at most 8 rows (decode): half the activation registers
+    rows8: bool = False        # 8-row CTAs (decode): no registers or loads for rows g + 8
 
     def __post_init__(self):
-        _check_fpaintb(self, (75, 80))
+        self._check_types()
         if self.min_warps_per_sm not in (0, 8, 12, 16, 24):
             raise ValueError(f"min_warps_per_sm must be 0, 8, 12, 16 or 24, got {self.min_warps_per_sm!r}")
         if self.prefetch not in (1, 2, 3):
@@ -331,16 +345,9 @@ class FpAIntBGemvSpec(KernelSpec):
             raise ValueError(f"n_tiles must be 1, 2, 4 or 8, got {self.n_tiles!r}")
         if self.warps_k not in (1, 2, 4, 8):
             raise ValueError(f"warps_k must be 1, 2, 4 or 8, got {self.warps_k!r}")
-        # Two register buffers of activations, codes and accumulators: beyond this the kernel spills.
+        # Converted codes of every column tile plus the accumulators: beyond this the kernel spills.
         if self.m_tiles * self.n_tiles > 8:
             raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
-
-    @property
-    def act_ctype(self) -> str:
-        return CTYPES[self.act]
-
-    def template_context(self) -> dict:
-        return {"layout": fpaintb_layout.layout(self.bits)}
 
     @property
     def name(self) -> str:
@@ -351,7 +358,7 @@ class FpAIntBGemvSpec(KernelSpec):
 
 
 @dataclass(frozen=True)
-class FpAIntBDequantSpec(KernelSpec):
+class FpAIntBDequantSpec(_FpAIntBSpec):
     """Packed INT4/INT8 weight -> FP16/BF16 [N, K] with the GEMM kernels' converters."""
 
     family: ClassVar[str] = "fpaintb_dequant"
@@ -362,14 +369,7 @@ class FpAIntBDequantSpec(KernelSpec):
     arch: int = 80
 
     def __post_init__(self):
-        _check_fpaintb(self, (75, 80))
-
-    @property
-    def act_ctype(self) -> str:
-        return CTYPES[self.act]
-
-    def template_context(self) -> dict:
-        return {"layout": fpaintb_layout.layout(self.bits)}
+        self._check_types()
 
     @property
     def name(self) -> str:

@@ -9,7 +9,7 @@
 // from global memory into registers (no shared-memory staging), converted with lop3/prmt and
 // fed to tensor-core MMAs with FP32 accumulation.
 //
-// Work split. A CTA owns 16 rows x 16 columns; its 8 warp(s) take the
+// Work split. A CTA owns 8 rows x 16 columns; its 8 warp(s) take the
 // 128-row K blocks round-robin and add their partial sums in shared memory at the end. In a
 // K block, lane 4g + j handles column g of each 8-column tile and the 32 K rows [32j, 32j + 32):
 // one 16-byte run of the packed weight (cutlass_gen/fpaintb_layout.py). The MMA does not

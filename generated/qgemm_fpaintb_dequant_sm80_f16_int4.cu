@@ -24,6 +24,7 @@
 
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/convert.h"
+#include "qgemm/fpaintb/layout.h"
 
 namespace {
 
@@ -31,14 +32,13 @@ using Act = __half;
 using Convert = qgemm::fpaintb::Converter<Act, 4>;
 using Pair = typename Convert::Pair;
 
-constexpr int kBits = 4;
-constexpr int kInterleave = 4;
-constexpr int kLineBytes = 128;
-constexpr int kTileRows = 64;
+using Layout = qgemm::fpaintb::PackedLayout<4, 4, 64, 128>;
+constexpr int kBits = Layout::kBits;
+constexpr int kInterleave = Layout::kInterleave;
+constexpr int kTileRows = Layout::kTileRows;
 constexpr int kRunRows = 32;
 constexpr int kRunVectors = kRunRows * kBits / 8 / 16;
 constexpr int kWords = kRunRows * kBits / 32;
-constexpr int kColumnTileBytes = kLineBytes / kInterleave;
 constexpr int kThreads = 256;
 
 struct Params {
@@ -102,10 +102,7 @@ struct Adapter {
     int const n = int(run / runs_per_column);
     int const r = int(run % runs_per_column);
     int const k0 = r * kRunRows;
-    int const tile = k0 / kTileRows, half = (k0 % kTileRows) / kRunRows;
-    uint4 const* src = reinterpret_cast<uint4 const*>(p.w + int64_t(n / kInterleave) * p.ldw +
-                                                      int64_t(tile) * kLineBytes + (n % kInterleave) * kColumnTileBytes +
-                                                      half * kRunVectors * 16);
+    uint4 const* src = reinterpret_cast<uint4 const*>(p.w + Layout::offset(n, k0, p.ldw));
     uint4 codes[kRunVectors];
 #pragma unroll
     for (int v = 0; v < kRunVectors; ++v) codes[v] = src[v];

@@ -39,6 +39,7 @@
 
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/convert.h"
+#include "qgemm/fpaintb/layout.h"
 #include "qgemm/fpaintb/mma.h"
 
 namespace {
@@ -47,11 +48,11 @@ using Act = __nv_bfloat16;
 using Convert = qgemm::fpaintb::Converter<Act, 4>;
 using Pair = typename Convert::Pair;
 using Mma = qgemm::fpaintb::Mma<Act, 80>;
+using Layout = qgemm::fpaintb::PackedLayout<4, 4, 64, 128>;
 
-constexpr int kBits = 4;
-constexpr int kInterleave = 4;
-constexpr int kTileRows = 64;
-constexpr int kLineBytes = 128;
+constexpr int kBits = Layout::kBits;
+constexpr int kInterleave = Layout::kInterleave;
+constexpr int kTileRows = Layout::kTileRows;
 constexpr int kMTiles = 1;
 constexpr int kNTiles = 2;
 constexpr int kWarpsK = 8;
@@ -65,8 +66,7 @@ constexpr int kLaneRows = 32;
 constexpr int kWeightVectors = kLaneRows * kBits / 8 / 16;  // 16-byte loads per lane, column and block
 constexpr int kWords = kLaneRows * kBits / 32;   // 32-bit words of codes per lane and column
 constexpr int kStepsPerWord = 32 / kBits / 4;    // k16 MMA steps per word (int4: 2, int8: 1)
-constexpr int kColumnTileBytes = kLineBytes / kInterleave;  // one column's share of a line
-static_assert(kColumnTileBytes * kInterleave == kLineBytes && kTileRows == 64, "two lanes per 64-row tile");
+static_assert(kTileRows == 64 && kLaneRows % Layout::kRunRows == 0, "two lanes per 64-row tile");
 
 struct Params {
   Act const* x;
@@ -168,7 +168,6 @@ struct Adapter {
     int const lane = threadIdx.x % 32, g = lane / 4, j = lane % 4;
     int const k0 = b * kBlockK + j * kLaneRows;
     bool const in_k = k0 < p.k;
-    int const tile = 2 * b + j / 2, half = j % 2;
     int const group = !in_k ? 0 : p.group_shift >= 0 ? k0 >> p.group_shift : k0 / p.group_size;
     // scale_after: the block's group, shared by all its rows (and so by lanes past K).
     bool const block_in_k = b * kBlockK < p.k;
@@ -177,9 +176,7 @@ struct Adapter {
     for (int t = 0; t < kNTiles; ++t) {
       int const n = n0 + 8 * t + g;
       bool const ok = in_k && n < p.n;
-      uint4 const* src = reinterpret_cast<uint4 const*>(
-          p.w + int64_t(n / kInterleave) * p.ldw + int64_t(tile) * kLineBytes + (n % kInterleave) * kColumnTileBytes +
-          half * kWeightVectors * 16);
+      uint4 const* src = reinterpret_cast<uint4 const*>(p.w + Layout::offset(n, k0, p.ldw));
 #pragma unroll
       for (int v = 0; v < kWeightVectors; ++v) f.w[t][v] = ok ? __ldcs(src + v) : make_uint4(0, 0, 0, 0);
       int64_t const at = int64_t(group) * p.n + n;

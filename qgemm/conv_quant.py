@@ -110,3 +110,25 @@ def requantize(acc: torch.Tensor, multiplier: torch.Tensor, fused_bias: torch.Te
     # The border term is an integer: it joins acc exactly before the one conversion to float.
     value = multiplier * ((acc + border).float() + fused_bias)
     return torch.round(value).clamp(lo, hi).to(torch.int8)  # round half to even, as cvt.rni
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output channel of a float conv weight [Co, Ci, Kh, Kw] (nn.Conv2d's
+    layout): w_q int8 [Co, Kh, Kw, Ci] (the layout the kernels read) and S_W float32 [Co] with
+    weight ~= S_W[n] * w_q[n]. Codes are in [-127, 127]; an all-zero channel gets scale 1."""
+    _checks.tensor("weight", weight, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=4)
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=(1, 2, 3))
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.round(w / scale.view(-1, 1, 1, 1)).clamp(-127, 127).to(torch.int8)
+    return q.permute(0, 2, 3, 1).contiguous(), scale
+
+
+def quantize_input(x: torch.Tensor, scale: float, zero: int) -> torch.Tensor:
+    """Per-tensor int8 of real-valued activations: clamp(round(x / S_I) + Z_I) (half to even)."""
+    return (torch.round(x.float() / scale) + zero).clamp(-128, 127).to(torch.int8)
+
+
+def dequantize_output(y_q: torch.Tensor, scale: float, zero: int) -> torch.Tensor:
+    """The real values of int8 outputs: S_O * (y_q - Z_O), float32."""
+    return scale * (y_q.float() - zero)

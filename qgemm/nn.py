@@ -1,9 +1,12 @@
-"""torch.nn modules over qgemm's plans, for swapping into a model in place of nn.Linear."""
+"""torch.nn modules over qgemm's plans, for swapping into a model in place of nn.Linear or nn.Conv2d."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from . import _checks, conv_quant
+from .conv import ConvInt8Plan
+from .conv_quant import ConvInt8Quant
 from .fp8 import Fp8GemmPlan, Fp8Weight
 from .fpaintb import ACT_DTYPES, FpAIntBPlan, IntBWeight
 
@@ -125,3 +128,65 @@ class QuantLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"int{self.bits}, group_size={self.group_size}")
+
+
+class QuantConv2d(nn.Module):
+    """A requantized int8 conv2d (qgemm.ConvInt8Plan) in place of an nn.Conv2d: int8 in, int8 out.
+
+    forward(x, layout="nhwc") takes int8 x [N, H, W, Ci], or [N, Ci, H, W] with layout="nchw" (free
+    for a channels_last tensor, one transposing copy otherwise), and returns the int8 output in the
+    same layout, quantized with the output scale and zero point; the next quantized layer takes it
+    as is, and dequantize(y) gives its real values. A floating-point x is quantized first with the
+    input scale and zero point (torch ops: one extra pass over x).
+
+    Build it on the GPU it will run on, from a float conv and calibration scales:
+    QuantConv2d.from_float(conv.cuda(), input_scale, input_zero, output_scale, output_zero, "relu").
+    """
+
+    def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, bias: torch.Tensor | None = None, stride=1,
+                 padding=0, dilation=1):
+        super().__init__()
+        self.plan = ConvInt8Plan(w_q, quant, bias=bias, stride=stride, padding=padding, dilation=dilation)
+        self.quant = self.plan.quant
+        self.in_channels = self.plan.in_channels
+        self.out_channels = self.plan.out_channels
+        self.register_buffer("weight", w_q)
+        self.register_buffer("weight_scale", self.quant.weight_scale)
+        self.register_buffer("bias", None if bias is None else bias.detach())
+
+    @classmethod
+    def from_float(cls, conv: nn.Conv2d, input_scale: float, input_zero: int, output_scale: float, output_zero: int,
+                   activation: str = "none") -> "QuantConv2d":
+        """Quantize conv's weight per output channel (symmetric int8, conv_quant.quantize_weight); the
+        input and output scales and zero points come from calibration; `activation` (none, relu,
+        relu6) is applied to the output before requantization."""
+        if not isinstance(conv, nn.Conv2d):
+            raise TypeError(f"conv must be a torch.nn.Conv2d, got {type(conv).__name__}")
+        if conv.groups != 1:
+            raise ValueError(f"conv.groups must be 1 (grouped and depthwise convolutions are not supported), "
+                             f"got {conv.groups}")
+        if conv.padding_mode != "zeros":
+            raise ValueError(f"conv.padding_mode must be 'zeros', got {conv.padding_mode!r}")
+        if isinstance(conv.padding, str):
+            raise ValueError(f"conv.padding must be sizes, got {conv.padding!r}: build the nn.Conv2d with "
+                             f"explicit padding")
+        _checks.cuda_device("conv.weight", conv.weight)
+        w_q, weight_scale = conv_quant.quantize_weight(conv.weight)
+        quant = ConvInt8Quant(input_scale, input_zero, weight_scale, output_scale, output_zero, activation)
+        bias = None if conv.bias is None else conv.bias.detach()
+        return cls(w_q, quant, bias, conv.stride, conv.padding, conv.dilation)
+
+    def forward(self, x: torch.Tensor, layout: str = "nhwc") -> torch.Tensor:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            x = conv_quant.quantize_input(x, self.quant.input_scale, self.quant.input_zero)
+        return self.plan(x, layout=layout)
+
+    def dequantize(self, y: torch.Tensor) -> torch.Tensor:
+        """float32 S_O * (y - Z_O) of an output of this layer."""
+        return conv_quant.dequantize_output(y, self.quant.output_scale, self.quant.output_zero)
+
+    def extra_repr(self) -> str:
+        p = self.plan
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={p.kernel_size}, stride={p.stride}, "
+                f"padding={p.padding}, dilation={p.dilation}, bias={self.bias is not None}, "
+                f"activation={self.quant.activation}")

@@ -1,0 +1,247 @@
+"""Requantized int8 conv2d: int8 activations x int8 weights -> int8, groups = 1.
+
+    out_q[n, p, q, k] = clamp(round(M[k] * (acc + border[p, q, k] + FusedBias[k])))
+
+acc is the int32 implicit-GEMM accumulator over the filter taps (zero padding in the quantized
+domain), M and FusedBias fold the per-tensor input and output quantization, the per-channel weight
+scales and the float bias (computed once per plan), and border makes padded taps count as the real
+value 0 when the input zero point is not 0 (computed once per input height and width). The math
+and its derivation are in qgemm/conv_quant.py; the kernel's epilogue computes exactly
+conv_quant.requantize.
+
+Layouts the kernels read and write:
+
+    x_q   int8 [N, H, W, Ci]      NHWC, contiguous
+    w_q   int8 [Co, Kh, Kw, Ci]   nn.Conv2d's [Co, Ci, Kh, Kw] with channels last
+                                  (conv_quant.quantize_weight quantizes and permutes a float weight)
+    out   int8 [N, Ho, Wo, Co]    NHWC
+
+NCHW: with layout="nchw", x is [N, Ci, H, W] and the result [N, Co, Ho, Wo]. A channels_last
+tensor is NHWC in memory and is used as is; any other x is first copied into NHWC (one extra read
+and write of N*H*W*Ci bytes and one more kernel launch: for a 64 x 56 x 56 x 64 input about 13 MB
+of traffic, a few microseconds on an H100). The result is a channels_last view of the NHWC output,
+which costs nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from cutlass_gen.specs import ConvInt8Spec
+
+from . import _checks, conv_quant, heuristics
+from ._abi import QgemmProblem
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
+from .conv_quant import ConvInt8Quant
+
+LAYOUTS = ("nhwc", "nchw")
+MIN_SM = 75
+# The iterators address tensors with 32-bit offsets (CUTLASS's can_implement).
+MAX_ELEMENTS = (1 << 31) - 1
+_WHAT = "qgemm int8 conv2d"
+
+
+def _pair(name: str, value, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints (height, width), each at least `minimum`."""
+    pair = (value, value) if isinstance(value, int) else value
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
+        raise TypeError(f"{name} must be an int or a pair of ints (height, width), got {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return tuple(pair)
+
+
+def _pack(pair: tuple[int, int]) -> int:
+    """A (height, width) pair in one QgemmProblem.ext slot, as the template unpacks it."""
+    return (pair[0] << 32) | pair[1]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a plan keeps per input shape (N, H, W): the kernel and its launch shape, the border
+    correction, the output shape."""
+
+    spec: ConvInt8Spec
+    kernel: object
+    launch: object
+    border: torch.Tensor | None
+    out_shape: tuple[int, int, int, int]
+
+
+class ConvInt8Plan:
+    """A callable int8 convolution: plan(x_q) -> out_q, both int8 NHWC (module docstring).
+
+    w_q is int8 [Co, Kh, Kw, Ci] on the GPU; quant holds the input and output scales and zero points,
+    the per-output-channel weight scales and the activation (none, relu or relu6); bias is float [Co]
+    on w_q's device. Everything is checked here and on each call before anything is launched. Plans
+    keep per-shape state (kernel, border correction) cached, so build one per layer and reuse it.
+    """
+
+    def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, *, bias: torch.Tensor | None = None,
+                 stride=1, padding=0, dilation=1):
+        _checks.tensor("w_q", w_q, (torch.int8,), ndim=4)
+        _checks.cuda_device("w_q", w_q)
+        _checks.contiguous("w_q", w_q)
+        if min(w_q.shape) < 1:
+            raise ValueError(f"w_q must be non-empty [Co, Kh, Kw, Ci], got shape {tuple(w_q.shape)}")
+        _checks.aligned("w_q", w_q, 16, "16-byte filter loads")
+        if not isinstance(quant, ConvInt8Quant):
+            raise TypeError(f"quant must be a qgemm.ConvInt8Quant, got {type(quant).__name__}")
+        conv_quant.check_weight(w_q, quant)
+        device = w_q.device
+        if bias is not None:
+            _checks.tensor("bias", bias, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=1)
+            _checks.shape("bias", bias, (w_q.shape[0],))
+            _checks.same_device("bias", bias, device)
+            bias = bias.detach()  # an nn.Conv2d's parameter: the plan keeps values, not autograd
+        self.stride = _pair("stride", stride, 1)
+        self.padding = _pair("padding", padding, 0)
+        self.dilation = _pair("dilation", dilation, 1)
+        self.target_sm = _checks.target_sm(device, MIN_SM, _WHAT)
+
+        # Calibration scales may live on the CPU; the requantization vectors live with the weights.
+        self.quant = dataclasses.replace(quant, weight_scale=quant.weight_scale.to(device))
+        self.weight = w_q
+        self.bias = bias
+        self.device = device
+        self.out_channels, kh, kw, self.in_channels = w_q.shape
+        self.kernel_size = (kh, kw)
+        self.multiplier, self.fused_bias = conv_quant.requant_params(w_q, bias, self.quant)
+        self.clamp = self.quant.clamp_bounds()
+        self._sm_count = sm_count(device)
+        self._device_index = device.index
+        self._call = CallBuffers()
+        self._calls: dict[tuple, _Call] = {}          # per (N, H, W)
+        self._borders: dict[tuple, torch.Tensor] = {}  # per (H, W)
+        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+        self._problem = self._fixed_problem()
+
+    def _fixed_problem(self) -> QgemmProblem:
+        """The slots that do not change between calls (templates/conv2d_int8.cu.j2 lists them)."""
+        kh, kw = self.kernel_size
+        p = QgemmProblem()
+        p.n, p.k = self.out_channels, kh * kw * self.in_channels
+        p.ext[3] = self.in_channels
+        p.ext[4], p.ext[5] = _pack(self.kernel_size), _pack(self.padding)
+        p.ext[6], p.ext[7] = _pack(self.stride), _pack(self.dilation)
+        p.ptr[1] = self.weight.data_ptr()
+        p.ptr[2], p.ptr[3] = self.multiplier.data_ptr(), self.fused_bias.data_ptr()
+        p.scalar[0], p.scalar[1] = self.clamp
+        p.sm_count = self._sm_count
+        return p
+
+    def output_hw(self, h: int, w: int) -> tuple[int, int]:
+        return conv_quant.output_hw((h, w), self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def choice(self, n: int, h: int, w: int) -> ConvInt8Spec:
+        """The kernel this plan runs for an input of N x H x W pixels."""
+        ho, wo = self.output_hw(h, w)
+        return heuristics.conv_int8_choice(n * ho * wo, self.in_channels, self.out_channels, self.target_sm,
+                                           self._sm_count)
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
+                 choice: ConvInt8Spec | None = None) -> torch.Tensor:
+        """out_q for x_q (int8, `layout` "nhwc" or "nchw"); `choice` overrides the heuristic's
+        kernel, for tuning."""
+        if layout != "nhwc":
+            _checks.one_of("layout", layout, LAYOUTS)
+            return self._call_nchw(x, out, choice)
+        _checks.tensor("x", x, (torch.int8,), ndim=4)
+        _checks.cuda_device("x", x, self.device)
+        _checks.contiguous("x", x)
+        n, h, w, c = x.shape
+        if c != self.in_channels or min(n, h, w) < 1:
+            raise ValueError(f"x must have shape (N >= 1, H >= 1, W >= 1, {self.in_channels}) (NHWC), "
+                             f"got {tuple(x.shape)}")
+        if choice is None:
+            call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
+        else:
+            call = self._prepare(n, h, w, choice)
+        if x.data_ptr() % call.spec.alignment:
+            _checks.aligned("x", x, call.spec.alignment, f"{call.spec.alignment}-byte loads")
+        if out is None:
+            out = torch.empty(call.out_shape, dtype=torch.int8, device=self.device)
+        else:
+            _checks.tensor("out", out, (torch.int8,), ndim=4)
+            _checks.shape("out", out, call.out_shape)
+            _checks.cuda_device("out", out, self.device)
+            _checks.contiguous("out", out)
+            _checks.aligned("out", out, call.spec.output_alignment, f"{call.spec.output_alignment}-byte stores")
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            self._set_shape(p, n, h, w)
+            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
+            p.ptr[4] = call.border.data_ptr() if call.border is not None else None
+            call.kernel.launch(p, call.launch, self._device_index, stream, 0, self._call)
+        return out
+
+    def _call_nchw(self, x, out, choice) -> torch.Tensor:
+        _checks.tensor("x", x, (torch.int8,), ndim=4)
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
+                             f"got {tuple(x.shape)}")
+        x_nhwc = x.permute(0, 2, 3, 1)
+        if not x_nhwc.is_contiguous():
+            x_nhwc = x_nhwc.contiguous()  # the transposing copy (module docstring)
+        out_nhwc = None
+        if out is not None:
+            _checks.tensor("out", out, (torch.int8,), ndim=4)
+            _checks.shape("out", out, (x.shape[0], self.out_channels, *self.output_hw(*x.shape[2:])))
+            out_nhwc = out.permute(0, 2, 3, 1)
+            if not out_nhwc.is_contiguous():
+                raise ValueError(f"out must be channels_last (NHWC in memory) with layout 'nchw'; got strides "
+                                 f"{out.stride()} for shape {tuple(out.shape)}: allocate it with "
+                                 f"memory_format=torch.channels_last")
+        return self(x_nhwc, out_nhwc, choice=choice).permute(0, 3, 1, 2)
+
+    def _set_shape(self, p: QgemmProblem, n: int, h: int, w: int):
+        ho, wo = self.output_hw(h, w)
+        p.m = n * ho * wo
+        p.ext[0], p.ext[1], p.ext[2] = n, h, w
+
+    def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
+        ho, wo = self.output_hw(h, w)
+        if ho < 1 or wo < 1:
+            raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
+                             f"dilation {self.dilation} and padding {self.padding} allow")
+        for name, elements in (("x", n * h * w * self.in_channels), ("the output", n * ho * wo * self.out_channels)):
+            if elements > MAX_ELEMENTS:
+                raise ValueError(f"{name} has {elements} elements; the kernels address at most {MAX_ELEMENTS} "
+                                 f"(32-bit offsets): split the batch")
+        spec = self.choice(n, h, w) if choice is None else self._check_choice(choice)
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._problem
+            self._set_shape(p, n, h, w)
+            launch = kernel.plan(p)
+        return _Call(spec, kernel, launch, self._border(h, w), (n, ho, wo, self.out_channels))
+
+    def _check_choice(self, spec) -> ConvInt8Spec:
+        if not isinstance(spec, ConvInt8Spec):
+            raise TypeError(f"choice must be a ConvInt8Spec, got {type(spec).__name__}")
+        if not spec.supports_target(self.target_sm):
+            raise ValueError(f"choice {spec.name} needs sm{spec.arch} or later; this plan runs on sm{self.target_sm}")
+        if not spec.supports_channels(self.in_channels, self.out_channels):
+            raise ValueError(f"choice {spec.name} needs in_channels a multiple of {spec.alignment} and out_channels "
+                             f"a multiple of {spec.output_alignment}; this plan has Ci={self.in_channels}, "
+                             f"Co={self.out_channels}")
+        return spec
+
+    def _border(self, h: int, w: int) -> torch.Tensor | None:
+        """int32 [Ho, Wo, Co] correction for padded taps, or None where there is nothing to correct."""
+        if self.quant.input_zero == 0 or self.padding == (0, 0):
+            return None
+        return cached(self._borders, (h, w), lambda: conv_quant.border_correction(
+            self.weight, (h, w), self.stride, self.padding, self.dilation, self.quant.input_zero))
+
+
+def conv2d_int8(x_q: torch.Tensor, w_q: torch.Tensor, quant: ConvInt8Quant, bias: torch.Tensor | None = None,
+                stride=1, padding=0, dilation=1, layout: str = "nhwc") -> torch.Tensor:
+    """One-shot form of ConvInt8Plan (the plan is built on each call; keep a plan for repeated use)."""
+    plan = ConvInt8Plan(w_q, quant, bias=bias, stride=stride, padding=padding, dilation=dilation)
+    return plan(x_q, layout=layout)

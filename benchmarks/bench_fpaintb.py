@@ -9,8 +9,10 @@ Columns (microseconds per call, GPU time under CUDA-graph replay, as in bench_fp
   tinygemm  torch._weight_int4pack_mm, BF16 activations, INT4 group 128
   floor4    INT4 weight + scale + activation + output bytes over the measured copy bandwidth
 Ratios: cublas / int4 and tinygemm / int4 (> 1: qgemm faster); int4 / floor4.
-With --sweep, every small-M kernel configuration and the dequantize path are timed too (INT4 and
-INT8, M <= 64), and the fastest is printed: the table heuristics.fpaintb_choice was set from.
+With --sweep, the tiled GEMM's shapes and split-K counts, the small-M kernel and the dequantize
+path are timed too (INT4 and INT8), and the fastest is printed: the table heuristics.fpaintb_choice
+was set from. Kernel labels: g<tile>s<stages>c<CTAs per SM, stream-K> tiled GEMM, m<rows>n<cols>wk<warps>... small-M
+kernel, dequant+cuBLAS.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 
 import qgemm
 from cutlass_gen.build import build_many
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import heuristics
 from timing import bench_graph, copy_bandwidth, host_us
 
@@ -30,29 +32,53 @@ SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192,
 MS = [1, 16, 64, 256, 4096]
 
 
-def sweep_specs(bits: int, m: int) -> list:
-    """Small-M configurations worth timing for M rows, as (m_tiles, n_tiles, warps_k,
-    min_warps_per_sm, prefetch, rows8)."""
-    if m <= 8:
-        configs = [(1, nt, wk, occ, pf, True) for nt, wk in ((2, 8), (4, 4), (2, 4)) for occ in (0, 12, 16)
-                   for pf in (1, 2, 3)]
-    elif m <= 16:
-        configs = [(1, nt, wk, occ, pf, False) for nt, wk in ((2, 8), (4, 4)) for occ in (0, 12, 16) for pf in (1, 2)]
-    else:
-        configs = [(mt, nt, wk, 0, 1, False) for mt in (2, 4) for nt in (1, 2, 4) for wk in (1, 2, 4)]
-    specs = []
-    for mt, nt, wk, occ, pf, r8 in configs:
+# Tiled GEMM shapes the sweep times, by the largest M they serve: (tile, warp, stages).
+GEMM_SWEEP = [
+    (16, [((16, 64, 128), (16, 16), 4), ((16, 128, 128), (16, 32), 4), ((16, 128, 128), (16, 32), 6),
+          ((16, 128, 256), (16, 32), 3), ((16, 256, 128), (16, 32), 3)]),
+    (64, [((32, 128, 128), (32, 32), 3), ((64, 128, 64), (32, 64), 4), ((64, 128, 64), (32, 64), 3),
+          ((64, 64, 64), (32, 32), 4)]),
+    (256, [((64, 128, 64), (32, 64), 4), ((128, 128, 64), (64, 32), 3), ((128, 128, 64), (64, 32), 4),
+           ((128, 64, 64), (64, 32), 4)]),
+    (None, [((128, 128, 64), (64, 32), 3)]),
+]
+STREAMK_CTAS_PER_SM = (0, 1, 2, 3, 4, 8)  # 0: one CTA per output tile; 8: as many as fit
+
+
+def sweep_choices(bits: int, m: int, n: int, k: int, sm_count: int) -> list:
+    """Kernels worth timing for M rows: the small-M kernel the heuristic would take up to 64 rows,
+    tiled GEMMs one CTA per tile and stream-K over 1 to 8 CTAs per SM, and from 256 rows
+    dequantize + cuBLAS."""
+    choices = []
+    if m <= 64:
+        # (the configurations the small-M kernel's own sweep found best for these rows)
+        gemv = heuristics.FPAINTB_DECODE if m <= 8 else dict(m_tiles=1, n_tiles=4, warps_k=4) if m <= 16 else dict(
+            m_tiles=2, n_tiles=4, warps_k=2)
+        choices.append(heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, **gemv)))
+    configs = next(c for limit, c in GEMM_SWEEP if limit is None or m <= limit)
+    for tile, warp, stages in configs:
         try:
-            if not (bits == 8 and nt > 4):
-                specs.append(FpAIntBGemvSpec("f16", bits, mt, nt, wk, min_warps_per_sm=occ, prefetch=pf, rows8=r8))
-        except ValueError:  # more M x N tiles than registers allow
-            pass
-    return specs + [FpAIntBDequantSpec("f16", bits)]
+            spec = FpAIntBGemmSpec("f16", bits, tile, warp, stages)
+        except ValueError:  # more shared memory than an sm_8x GPU allows (int8 codes are twice as large)
+            continue
+        raster = min(heuristics.FPAINTB_RASTER_GROUP, -(-m // tile[0]))
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        # (Stream-K only where the tiles alone leave the GPU short of a few waves.)
+        choices += [heuristics.FpAIntBChoice(spec, c, raster) for c in STREAMK_CTAS_PER_SM
+                    if c == 0 or tiles < 4 * c * sm_count]
+    if m >= 256:
+        choices.append(heuristics.FpAIntBChoice(FpAIntBDequantSpec("f16", bits)))
+    return choices
 
 
-def label(spec) -> str:
+def label(choice) -> str:
+    spec = choice.spec
     if isinstance(spec, FpAIntBDequantSpec):
         return "dequant+cuBLAS"
+    if isinstance(spec, FpAIntBGemmSpec):
+        tm, tn, tk = spec.tile
+        streamk = f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else ""
+        return f"g{tm}x{tn}x{tk}s{spec.stages}{streamk}"
     occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
     extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
     return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
@@ -77,8 +103,10 @@ def timed(fn) -> float:
 def run(shapes, ms, sweep: bool) -> dict:
     torch.manual_seed(0)
     bw = copy_bandwidth()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     if sweep:  # build the sweep's kernels in parallel up front (they are outside the catalog)
-        specs = {s for bits in (4, 8) for m in ms if m <= 64 for s in sweep_specs(bits, m)}
+        specs = {c.spec for bits in (4, 8) for m in ms for k, n in shapes
+                 for c in sweep_choices(bits, m, n, k, sm_count)}
         build_many(sorted(specs, key=lambda s: s.name), 90, jobs=16, progress=lambda line: None)
     rows = []
     for k, n in shapes:
@@ -90,11 +118,11 @@ def run(shapes, ms, sweep: bool) -> dict:
             row = {"m": m, "n": n, "k": k}
             for bits, plan in plans.items():
                 row[f"int{bits}_us"] = timed(lambda: plan(x))
-                row[f"int{bits}_kernel"] = label(plan.choice(m).spec)
-                if sweep and m <= 64:
+                row[f"int{bits}_kernel"] = label(plan.choice(m))
+                if sweep:
                     sweep_times = {}
-                    for spec in sweep_specs(bits, m):
-                        sweep_times[label(spec)] = timed(lambda: plan(x, choice=heuristics.FpAIntBChoice(spec)))
+                    for choice in sweep_choices(bits, m, n, k, sm_count):
+                        sweep_times[label(choice)] = timed(lambda: plan(x, choice=choice))
                     best = min(sweep_times, key=lambda key: sweep_times[key])
                     row[f"int{bits}_sweep"] = sweep_times
                     row[f"int{bits}_best"] = (best, sweep_times[best])

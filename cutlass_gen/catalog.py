@@ -8,9 +8,11 @@ from __future__ import annotations
 from .specs import (
     SUPPORTED_TARGETS,
     ActQuantSpec,
+    ConvInt8Spec,
     Fp8ActQuantSpec,
     Fp8BlockwiseGemmSpec,
     FpAIntBDequantSpec,
+    FpAIntBGemmSpec,
     FpAIntBGemvSpec,
     KernelSpec,
     W8A8GemmSpec,
@@ -73,12 +75,9 @@ def _fp8_act_quant(target_sm: int) -> list[KernelSpec]:
     return [Fp8ActQuantSpec(dtype) for dtype in Fp8ActQuantSpec.INPUTS] if target_sm >= 90 else []
 
 
-# FpA x IntB: every small-M configuration qgemm/heuristics.py fpaintb_choice can pick, as
-# FpAIntBGemvSpec keyword arguments, for each activation type and weight width (Sm75: FP16 only).
-_FPAINTB_GEMV_CONFIGS = [
-    dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),   # decode, up to 8 rows
-    dict(m_tiles=1, n_tiles=4, warps_k=4),                                    # 9 to 16 rows
-] + [dict(m_tiles=2, n_tiles=4, warps_k=warps_k) for warps_k in (1, 2, 4)]   # 17 to 64 rows
+# FpA x IntB small-M kernel: the decode configuration qgemm/heuristics.py fpaintb_choice picks (up to
+# 8 rows), for each activation type and weight width (Sm75: FP16 only). Larger M runs the tiled GEMM.
+_FPAINTB_GEMV_CONFIGS = [dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True)]
 
 
 def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
@@ -91,9 +90,55 @@ def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:
             for act in acts for bits in (4, 8) for config in _FPAINTB_GEMV_CONFIGS]
 
 
+# FpA x IntB tiled GEMM: the (tile, warp, stages) qgemm/heuristics.py fpaintb_choice picks, per
+# weight width: 16-row tiles for decode batches, 32 or 64 rows up to 64, 128 rows up to 512 (INT4
+# 128 x 64 with four warps, INT8 128 x 128 with eight). Turing: the same shapes in two stages,
+# within its 64 KB of shared memory.
+_FPAINTB_GEMM_CONFIGS = {
+    4: [((16, 128, 128), (16, 32), 4), ((32, 128, 128), (32, 32), 3), ((128, 64, 64), (64, 32), 4)],
+    8: [((16, 64, 128), (16, 16), 4), ((64, 128, 64), (32, 64), 4), ((128, 128, 64), (64, 32), 3)],
+}
+
+
+def fpaintb_gemm_configs(bits: int, arch: int) -> list[tuple]:
+    """(tile, warp, stages) of the catalog's tiled GEMMs for a weight width and arch."""
+    return [(tile, warp, 2 if arch == 75 else stages) for tile, warp, stages in _FPAINTB_GEMM_CONFIGS[bits]]
+
+
+def _fpaintb_gemm(target_sm: int) -> list[KernelSpec]:
+    arch, acts = _fpaintb_arch(target_sm)
+    return [FpAIntBGemmSpec(act, bits, tile, warp, stages, arch)
+            for act in acts for bits in (4, 8) for tile, warp, stages in fpaintb_gemm_configs(bits, arch)]
+
+
 def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
     arch, acts = _fpaintb_arch(target_sm)
     return [FpAIntBDequantSpec(act, bits, arch) for act in acts for bits in (4, 8)]
+
+
+# Int8 conv2d (qgemm/heuristics.py conv_int8_choice picks among these), as (arch, tile, warp, stages,
+# alignment, iterator): channels in multiples of 16 on large tiles for large batches (256 x 128 and
+# 128 x 128), 128 x 64 for 64-channel layers, 64 x 64 for small ones; multiples of 4 on one 64 x 64
+# tile; any other channel count (odd, or the 3 of an RGB input) on the Turing two-stage mainloop with
+# byte accesses and the few-channels iterator, which runs on every later SM too.
+_CONV_FEW_CHANNELS = (75, (128, 64, 64), (64, 32, 64), 2, 1, "few_channels")
+_CONV_CONFIGS = {
+    75: [(75, (128, 128, 64), (64, 64, 64), 2, 16, "optimized"),
+         (75, (128, 64, 64), (64, 32, 64), 2, 16, "optimized"),
+         (75, (64, 64, 64), (32, 32, 64), 2, 16, "optimized"),
+         (75, (64, 64, 64), (32, 32, 64), 2, 4, "optimized"),
+         _CONV_FEW_CHANNELS],
+    80: [(80, (256, 128, 64), (64, 64, 64), 3, 16, "optimized"),
+         (80, (128, 128, 64), (64, 64, 64), 3, 16, "optimized"),
+         (80, (128, 64, 64), (64, 32, 64), 4, 16, "optimized"),
+         (80, (64, 64, 64), (32, 32, 64), 4, 16, "optimized"),
+         (80, (64, 64, 64), (32, 32, 64), 4, 4, "optimized"),
+         _CONV_FEW_CHANNELS],
+}
+
+
+def _conv2d_int8(target_sm: int) -> list[KernelSpec]:
+    return [ConvInt8Spec(*config) for config in _CONV_CONFIGS[75 if target_sm == 75 else 80]]
 
 
 _FAMILY_CATALOGS = {
@@ -102,7 +147,9 @@ _FAMILY_CATALOGS = {
     Fp8BlockwiseGemmSpec.family: _fp8_gemm,
     Fp8ActQuantSpec.family: _fp8_act_quant,
     FpAIntBGemvSpec.family: _fpaintb_gemv,
+    FpAIntBGemmSpec.family: _fpaintb_gemm,
     FpAIntBDequantSpec.family: _fpaintb_dequant,
+    ConvInt8Spec.family: _conv2d_int8,
 }
 
 

@@ -358,6 +358,84 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
 
 
 @dataclass(frozen=True)
+class FpAIntBGemmSpec(_FpAIntBSpec):
+    """FP16/BF16 activations x INT4/INT8 weights, tiled: qgemm's own CUTLASS 2.x-style threadblock
+    MMA (templates/include/qgemm/fpaintb/gemm.h). Each K tile of x, of the packed codes and of its
+    scales and zeros goes to shared memory (cp.async multistage on arch 80, a two-stage register
+    pipeline on arch 75); warps read x with ldmatrix and the codes as 32-bit B fragments, convert
+    them after the shared-memory load and feed m16n8k16 MMAs with FP32 accumulation. K may be split
+    over `slices` CTAs at run time (the last CTA of a tile adds the slices in order).
+
+    `tile` is the CTA's (M, N, K), `warp` each warp's (M, N); warps split the tile in M and N."""
+
+    family: ClassVar[str] = "fpaintb_gemm"
+    template: ClassVar[str] = "fpaintb_gemm.cu.j2"
+    TILE_M: ClassVar[tuple] = (16, 32, 64, 128, 256)
+    TILE_N: ClassVar[tuple] = (64, 128, 256)
+    TILE_K: ClassVar[tuple] = (64, 128, 256)
+    # Shared memory a CTA may ask for: Turing's 64 KB; on later GPUs the sm_86/sm_89 opt-in limit
+    # (99 KB), so every sm80-build kernel runs on every sm_8x GPU.
+    SMEM_LIMIT: ClassVar[dict] = {75: 64 * 1024, 80: 99 * 1024}
+    B_ROW_PAD: ClassVar[int] = 16  # bytes after each column group's codes: conflict-free B fragment loads
+
+    act: str
+    bits: int
+    tile: tuple
+    warp: tuple
+    stages: int
+    arch: int = 80
+
+    def __post_init__(self):
+        self._check_types()
+        tile = tuple(int(v) for v in self.tile)
+        warp = tuple(int(v) for v in self.warp)
+        object.__setattr__(self, "tile", tile)
+        object.__setattr__(self, "warp", warp)
+        if len(tile) != 3 or len(warp) != 2:
+            raise ValueError(f"tile is (M, N, K) and warp is (M, N), got tile={self.tile!r} warp={self.warp!r}")
+        for what, value, allowed in (("tile M", tile[0], self.TILE_M), ("tile N", tile[1], self.TILE_N),
+                                     ("tile K", tile[2], self.TILE_K)):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value}")
+        if warp[0] % 16 or warp[1] % 8 or tile[0] % warp[0] or tile[1] % warp[1]:
+            raise ValueError(f"warp {warp} must be a multiple of (16, 8) (one MMA) dividing tile {tile[:2]}")
+        if self.warps not in (1, 2, 4, 8):
+            raise ValueError(f"tile {tile[:2]} / warp {warp} gives {self.warps} warps; 1, 2, 4 or 8 are allowed")
+        # Beyond 64 FP32 accumulators per thread (a 64 x 32 warp tile) the x fragments, the
+        # converted codes and the copy addresses no longer fit beside them: ptxas spills.
+        if (warp[0] // 16) * (warp[1] // 8) * 4 > 64:
+            raise ValueError(f"warp {warp} needs {(warp[0] // 16) * (warp[1] // 8) * 4} FP32 accumulators per "
+                             f"thread; at most 64 (e.g. 64 x 32) fit beside the fragments without spilling")
+        allowed_stages = (2,) if self.arch == 75 else (2, 3, 4, 5, 6)
+        if self.stages not in allowed_stages:
+            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        if self.smem_bytes > self.SMEM_LIMIT[self.arch]:
+            raise ValueError(f"tile {tile} with {self.stages} stages needs {self.smem_bytes} bytes of shared memory; "
+                             f"sm{self.arch} kernels may use {self.SMEM_LIMIT[self.arch]}")
+
+    @property
+    def warps(self) -> int:
+        return (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of all stages: x tile, codes (padded rows per column group), and the
+        scale and zero rows a K tile can span (group size 32 at the least)."""
+        tm, tn, tk = self.tile
+        lay = fpaintb_layout.layout(self.bits)
+        codes = (tn // lay.interleave) * (tk * lay.interleave * self.bits // 8 + self.B_ROW_PAD)
+        groups = tk // 32
+        act_bytes = 2
+        return self.stages * (tm * tk * act_bytes + codes + groups * tn * act_bytes + groups * tn)
+
+    @property
+    def name(self) -> str:
+        tm, tn, tk = self.tile
+        return (f"qgemm_fpaintb_gemm_sm{self.arch}_{self.act}_int{self.bits}"
+                f"_{tm}x{tn}x{tk}_w{self.warp[0]}x{self.warp[1]}_s{self.stages}")
+
+
+@dataclass(frozen=True)
 class FpAIntBDequantSpec(_FpAIntBSpec):
     """Packed INT4/INT8 weight -> FP16/BF16 [N, K] with the GEMM kernels' converters."""
 
@@ -376,8 +454,98 @@ class FpAIntBDequantSpec(_FpAIntBSpec):
         return f"qgemm_fpaintb_dequant_sm{self.arch}_{self.act}_int{self.bits}"
 
 
+@dataclass(frozen=True)
+class ConvInt8Spec(KernelSpec):
+    """Implicit-GEMM conv2d forward: int8 NHWC activations x int8 [K, R, S, C] filters -> int32,
+    requantized to int8 NHWC in the epilogue (the math is qgemm/conv_quant.py's).
+
+    The GEMM is M = N*P*Q output pixels by N = output channels over K = R*S*C. arch 75 runs the
+    Turing 8x8x16 int8 MMA with a two-stage mainloop of plain loads; arch 80 the Ampere 16x8x32
+    MMA with a cp.async multistage mainloop. `alignment` is the int8 elements one global access
+    of the activation and filter channels covers: in_channels must be a multiple of it, and
+    out_channels of `output_alignment` (the epilogue's access width). cp.async copies 4, 8 or 16
+    bytes, so arch 80 needs an alignment of 4 or more; below that the two-stage mainloop serves.
+
+    `iterator` "optimized" is CUTLASS's kOptimized iterators: each filter tap is its own run of
+    ceil(C / tile K) iterations, efficient once C fills the tile's K. "few_channels" is
+    kFewChannels: K runs over the packed (r, s, c) index, so a 3-channel 7x7 input takes
+    ceil(147 / 64) = 3 iterations instead of 49, at the price of per-access address arithmetic.
+    """
+
+    family: ClassVar[str] = "conv2d_int8"
+    template: ClassVar[str] = "conv2d_int8.cu.j2"
+    INSTRUCTIONS: ClassVar[dict] = {75: (8, 8, 16), 80: (16, 8, 32)}
+    TILE_K: ClassVar[int] = 64
+    ALIGNMENTS: ClassVar[tuple] = (16, 8, 4, 2, 1)
+    ITERATORS: ClassVar[dict] = {"optimized": "kOptimized", "few_channels": "kFewChannels"}
+    # The epilogue reads int32 accumulators from shared memory 4 at a time (one 128-bit access).
+    MAX_OUTPUT_ALIGNMENT: ClassVar[int] = 4
+
+    arch: int
+    tile: tuple
+    warp: tuple
+    stages: int
+    alignment: int
+    iterator: str = "optimized"
+
+    def __post_init__(self):
+        if self.arch not in self.INSTRUCTIONS:
+            raise ValueError(f"arch must be one of {sorted(self.INSTRUCTIONS)} for {self.family}, got {self.arch!r}")
+        object.__setattr__(self, "tile", _shape(self.tile, "tile"))
+        object.__setattr__(self, "warp", _shape(self.warp, "warp"))
+        if self.tile[2] != self.TILE_K:
+            raise ValueError(f"tile K must be {self.TILE_K} (64 int8 per shared-memory row), got {self.tile[2]}")
+        if any(t % w for t, w in zip(self.tile, self.warp)) or self.warp[2] != self.tile[2]:
+            raise ValueError(f"warp {self.warp} must divide tile {self.tile} in M and N and equal it in K")
+        if any(w % i for w, i in zip(self.warp, self.instruction)):
+            raise ValueError(f"instruction {self.instruction} must divide warp {self.warp} on sm{self.arch}")
+        warps = (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+        if warps not in (1, 2, 4, 8):
+            raise ValueError(f"tile {self.tile} / warp {self.warp} gives {warps} warps; 1, 2, 4 or 8 are allowed")
+        # CUTLASS's global->shared thread maps give every thread whole 16-byte vectors of the
+        # A and B tiles (narrower accesses split a vector, they do not change the map).
+        loads = 32 * warps * 16
+        if (self.tile[0] * self.tile[2]) % loads or (self.tile[1] * self.tile[2]) % loads:
+            raise ValueError(
+                f"tile {self.tile} with {warps} warps: the A and B tiles ({self.tile[0]}x{self.tile[2]} and "
+                f"{self.tile[1]}x{self.tile[2]} int8) must split into 16-byte vectors, one or more per thread"
+            )
+        allowed_stages = (2,) if self.arch == 75 else (3, 4, 5)
+        if self.stages not in allowed_stages:
+            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        if self.alignment not in self.ALIGNMENTS:
+            raise ValueError(f"alignment must be one of {self.ALIGNMENTS}, got {self.alignment!r}")
+        if self.arch == 80 and self.alignment < 4:
+            raise ValueError(f"alignment {self.alignment} needs arch 75 (two-stage mainloop): cp.async on sm80 "
+                             f"copies 4, 8 or 16 bytes")
+        if self.iterator not in self.ITERATORS:
+            raise ValueError(f"iterator must be one of {tuple(self.ITERATORS)}, got {self.iterator!r}")
+
+    @property
+    def instruction(self) -> tuple[int, int, int]:
+        return self.INSTRUCTIONS[self.arch]
+
+    @property
+    def output_alignment(self) -> int:
+        """out_channels must be a multiple of this (int8 elements per epilogue store)."""
+        return min(self.alignment, self.MAX_OUTPUT_ALIGNMENT)
+
+    @property
+    def iterator_algorithm(self) -> str:
+        return self.ITERATORS[self.iterator]
+
+    def supports_channels(self, in_channels: int, out_channels: int) -> bool:
+        return in_channels % self.alignment == 0 and out_channels % self.output_alignment == 0
+
+    @property
+    def name(self) -> str:
+        t, w = self.tile, self.warp
+        return (f"qgemm_conv2d_int8_sm{self.arch}_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_w{w[0]}x{w[1]}x{w[2]}"
+                f"_s{self.stages}_a{self.alignment}{'_few' if self.iterator == 'few_channels' else ''}")
+
+
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
-                                        FpAIntBGemvSpec, FpAIntBDequantSpec)}
+                                        FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

@@ -13,9 +13,13 @@ from .w8a8 import (
 )
 from .fp8 import Fp8Activations, Fp8GemmPlan, Fp8Weight, fp8_linear, quantize_activations_fp8
 from .fpaintb import FpAIntBPlan, IntBWeight, fpaintb_linear
+from .conv import ConvInt8Plan, conv2d_int8
+from .conv_quant import ConvInt8Quant
 from . import nn, reference, wq_format
 
 __all__ = [
+    "ConvInt8Plan",
+    "ConvInt8Quant",
     "CudaError",
     "Fp8Activations",
     "Fp8GemmPlan",
@@ -28,6 +32,7 @@ __all__ = [
     "QuantizedActivations",
     "W8A8GemmPlan",
     "W8A8Weight",
+    "conv2d_int8",
     "fp8_linear",
     "fpaintb_linear",
     "nn",

@@ -74,6 +74,15 @@ def set_max_dynamic_smem(kernel, nbytes: int, device: int):
           f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
 
 
+def max_active_blocks(kernel, block_threads: int, smem_bytes: int) -> int:
+    """CTAs of `kernel` that fit on one multiprocessor of the current device (registers, shared
+    memory, threads), with its dynamic shared-memory limit already raised where needed."""
+    cu = driver()
+    function = check(cu.cuKernelGetFunction(kernel), "cuKernelGetFunction")
+    return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, int(block_threads), int(smem_bytes)),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+
 def device_max_smem_optin(device: int) -> int:
     cu = driver()
     attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN

@@ -70,9 +70,8 @@ class Kernel:
                     self._per_device[device] = state
         return state
 
-    def launch(self, problem: QgemmProblem, launch: QgemmLaunch, device: int, stream: int,
-               workspace: int, call: "CallBuffers"):
-        """Build Params in `call`'s buffer and launch on `stream`."""
+    def _handle_with_smem(self, launch: QgemmLaunch, device: int):
+        """The device's kernel handle, its dynamic shared-memory limit raised to what `launch` needs."""
         handle, _, smem_set = self._device_state(device)
         if launch.smem_bytes > smem_set[0]:
             if launch.smem_bytes > 48 * 1024:
@@ -82,6 +81,19 @@ class Kernel:
                                      f"device {device} allows {limit}")
                 _driver.set_max_dynamic_smem(handle, launch.smem_bytes, device)
             smem_set[0] = launch.smem_bytes
+        return handle
+
+    def ctas_per_sm(self, launch: QgemmLaunch, device: int) -> int:
+        """How many CTAs of this launch shape fit on one multiprocessor of `device`."""
+        handle = self._handle_with_smem(launch, device)
+        with torch.cuda.device(device):
+            return _driver.max_active_blocks(handle, launch.block[0] * launch.block[1] * launch.block[2],
+                                             launch.smem_bytes)
+
+    def launch(self, problem: QgemmProblem, launch: QgemmLaunch, device: int, stream: int,
+               workspace: int, call: "CallBuffers"):
+        """Build Params in `call`'s buffer and launch on `stream`."""
+        handle = self._handle_with_smem(launch, device)
         status = self.host.make_params_fn(ctypes.byref(problem), workspace, call.params_address, PARAMS_CAPACITY)
         if status != 0:
             raise ValueError(f"kernel {self.name}: building Params failed: {self.host.status_string(status)}")

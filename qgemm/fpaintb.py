@@ -7,7 +7,8 @@ or the symmetric 2**(bits-1) when the weight has none; g is the group size along
 256, or K for one scale per output channel). The weight is packed once into the layout of
 cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
 (qgemm.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
-global memory, or, for large M, dequantization into FP16/BF16 followed by cuBLAS.
+global memory, the tiled GEMM (shared-memory pipeline, split-K), or, for large M, dequantization
+into FP16/BF16 followed by cuBLAS.
 
 Layouts (explicit, as the kernels read them):
   packed   uint8 [N / interleave, K * interleave * bits / 8]   (interleave 4 for int4, 2 for int8)
@@ -179,6 +180,7 @@ class FpAIntBPlan:
         self._device_index = device.index
         self._call = CallBuffers()
         self._per_m: dict[int, tuple] = {}
+        self._counters: dict[int, torch.Tensor] = {}  # split-K tile counters per stream (zero between calls)
         self._lock = threading.Lock()
         self._problem = self._fixed_problem()
 
@@ -217,22 +219,39 @@ class FpAIntBPlan:
         if self._perm is not None:
             x = x.index_select(1, self._perm)
         if choice is None:
-            choice, kernel, launch = cached(self._per_m, m, lambda: self._prepare(m, None))
+            choice, kernel, launch, ctas = cached(self._per_m, m, lambda: self._prepare(m, None))
         else:
-            choice, kernel, launch = self._prepare(m, choice)
+            choice, kernel, launch, ctas = self._prepare(m, choice)
         if choice.dequantize:
             return self._dequantize_then_matmul(x, out, kernel, launch)
         if out is None:
             out = torch.empty((m, w.n), dtype=self.act_dtype, device=self.device)
         stream = current_stream(self._device_index)
+        # Tiles split between CTAs (stream-K) need an FP32 partial buffer (2 tiles per CTA) per
+        # call, and the tile counters, which every launch leaves zero, kept per stream so that
+        # streams never share them.
+        split = launch.workspace_bytes > 0
+        partial = counters = None
+        if split:
+            tile_m, tile_n, _ = choice.spec.tile
+            partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
+            counters = self._tile_counters(stream, launch.workspace_bytes)
         with self._lock:
             p = self._problem
             p.m = m
             p.ptr[0], p.ptr[4], p.ptr[5] = x.data_ptr(), self._bias_ptr(), out.data_ptr()
+            p.ptr[6] = partial.data_ptr() if split else None
             p.ld[0], p.ld[2] = w.k, w.n
             p.ext[1] = ACTIVATIONS[self.activation]
-            kernel.launch(p, launch, self._device_index, stream, 0, self._call)
+            p.ext[2], p.ext[3] = ctas, choice.raster_group
+            kernel.launch(p, launch, self._device_index, stream, counters.data_ptr() if split else 0, self._call)
         return out
+
+    def _tile_counters(self, stream: int, nbytes: int) -> torch.Tensor:
+        counters = self._counters.get(stream)
+        if counters is None or counters.numel() < nbytes:
+            counters = self._counters[stream] = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+        return counters
 
     def _bias_ptr(self):
         return self.bias.data_ptr() if self.bias is not None else None
@@ -249,13 +268,19 @@ class FpAIntBPlan:
             p.m = m
             p.ld[0], p.ld[2] = self.weight.k, (self.weight.k if choice.dequantize else self.weight.n)
             p.ext[1] = ACTIVATIONS[self.activation]
+            p.ext[2], p.ext[3] = 0, choice.raster_group
             launch = kernel.plan(p)
-        return choice, kernel, launch
+            ctas = 0
+            if choice.ctas_per_sm:  # stream-K over the CTAs that fit on the GPU at once, at most ctas_per_sm per SM
+                fit = kernel.ctas_per_sm(launch, self._device_index)
+                ctas = p.ext[2] = max(1, round(self._sm_count * min(fit, choice.ctas_per_sm)))
+                launch = kernel.plan(p)
+        return choice, kernel, launch, ctas
 
     def dequantize(self) -> torch.Tensor:
         """W^T as the kernels see it: [N, K] in the activation dtype, stored row order."""
         spec = FpAIntBDequantSpec(self._act, self.weight.bits, self._arch)
-        _, kernel, launch = self._prepare(1, heuristics.FpAIntBChoice(spec))
+        _, kernel, launch, _ = self._prepare(1, heuristics.FpAIntBChoice(spec))
         return self._run_dequant(kernel, launch)
 
     def _run_dequant(self, kernel, launch) -> torch.Tensor:

@@ -10,8 +10,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec, FpAIntBDequantSpec, FpAIntBGemvSpec, W8A8GemmSpec
+from cutlass_gen.catalog import catalog, fpaintb_gemm_configs
+from cutlass_gen.specs import (
+    ConvInt8Spec,
+    Fp8BlockwiseGemmSpec,
+    FpAIntBDequantSpec,
+    FpAIntBGemmSpec,
+    FpAIntBGemvSpec,
+    W8A8GemmSpec,
+)
 
 
 def w8a8_tile_for(m: int, n: int, sm_count: int) -> tuple[int, int]:
@@ -103,46 +110,122 @@ def fp8_choice(m: int, n: int, k: int, output: str, sm_count: int) -> Fp8Choice:
     return Fp8Choice(Fp8BlockwiseGemmSpec((64, 128), (1, 1), "pingpong", False, output), raster)
 
 
-# FpA x IntB (W4A16 / W8A16). Up to FPAINTB_GEMV_MAX_M rows the small-M tensor-core kernel reads
-# every weight byte once per CTA row (16 or 32 rows), so it is bound by weight bandwidth and by
-# how many loads are in flight; beyond that the weight is dequantized once into FP16/BF16 and
-# cuBLAS runs the compute-bound GEMM (M = 64 on an H100: the small-M kernel 205-330 us against
-# 470-530 us for dequantize + cuBLAS; M = 256: the reverse).
-# The CTA shape, from sweeps on an H100 (benchmarks/bench_fpaintb.py --sweep: M = 1 and 16, four
-# (K, N) shapes, n_tiles x warps_k x register cap x prefetch depth; numbers are M, K, N: time):
-#   * up to 8 rows (FPAINTB_DECODE): 8-row CTAs (no registers or loads for rows that cannot
-#     exist), 16 columns, 8 warps splitting K, registers capped so 16 warps fit on an SM.
-#     Occupancy keeps the code loads in flight, and narrow deep CTAs give every shape enough of
-#     them. Within 12% of the best configuration on all four shapes, INT4 and INT8 (1, 11008, 4096:
-#     14.6 us, the best; 1, 14336, 21504: 87.6 against 85.2). Deeper prefetch (2 or 3 blocks) did
-#     not help: the registers it takes cost more occupancy than it adds loads in flight.
-#   * 9 to 16 rows (FPAINTB_SMALL): the 16 activation rows are re-read once per CTA, so wider CTAs
-#     pay off: 32 columns, 4 warps, no register cap (16, 28672, 8192: 73.7 us against 110 for the
-#     decode CTA; 16, 14336, 21504: 115.8 against 159).
-#   * 17 to 64 rows: two M tiles (32 rows) and 32 columns per CTA, and the fewest warps splitting
-#     K that put FPAINTB_WARPS_PER_SM warps on every SM (64, 14336, 21504: 327 us against 475 us
-#     for one 64-row tile).
-FPAINTB_GEMV_MAX_M = 64
+# FpA x IntB (W4A16 / W8A16). Three kinds of kernel:
+#   * the small-M kernel (FpAIntBGemvSpec): codes straight from global memory into registers, every
+#     weight byte read once per CTA row of 8 or 16 rows;
+#   * the tiled GEMM (FpAIntBGemmSpec): x, codes, scales and zeros staged through a shared-memory
+#     pipeline, stream-K over the CTAs that fit on the GPU when the output tiles alone do not fill it;
+#   * dequantization into FP16/BF16, then cuBLAS.
+# Measured on an H100 (benchmarks/bench_fpaintb.py --sweep, FP16, INT4 group 128 and INT8 per
+# channel, (K, N) = (4096, 12288), (14336, 21504), (11008, 4096); M: time in us):
+#   * M <= 16, INT4: the 16 x 128 x 128 GEMM, stream-K (M = 16: 16.6, 75.3, 18.1 against 28.6,
+#     113.6, 27.1 for the small-M kernel; M = 1: 16.1 and 74.0 against 18.5 and 87.7), except at
+#     M <= 8 with N <= FPAINTB_GEMV_MAX_N, where the stream-K fix-up traffic (two partial tiles per
+#     CTA) is large beside so small a weight (11008 x 4096, M = 1: the small-M kernel 14.7 against 17.2).
+#   * M <= 16, INT8: the 16 x 64 x 128 GEMM from 9 rows (M = 16: 25.2, 119.5, 26.5 against 31.7, 143.2,
+#     33.7); the small-M kernel up to 8 rows (M = 1: 22.9 and 21.9 against 24.7 and 24.1; 121.7
+#     against 116.8 on the largest shape).
+#   * 17 to 64 rows: INT4 32 x 128 x 128 (M = 64: 37.7, 199.5, 36.6; the best at 37.7, 196.5, 36.6);
+#     INT8 64 x 128 x 64 (45.7, 205.6, 42.3; the best at 42.9, 201.7, 41.3). The small-M kernel takes
+#     68-365 us there.
+#   * 65 to FPAINTB_DEQUANT_MIN_M - 1 rows: INT4 128 x 64 x 64, four warps (M = 256: 115.0, 683.3,
+#     104.8; the best at 114.5, 656.0, 104.8); INT8 128 x 128 x 64, eight warps (129.0, 692.7, 106.7,
+#     the best on all three). Dequantize + cuBLAS: 127-128, 732-739, 128.
+#   * From FPAINTB_DEQUANT_MIN_M rows dequantize + cuBLAS (M = 4096: 4242 us against 11924 for the
+#     GEMM on the largest shape; mma.sync on an H100 runs at a fraction of cuBLAS's wgmma rate).
+# Stream-K: 1, 2, 3, 4 and 8 CTAs per SM measured within 2% of each other wherever the tiles do not
+# fill the GPU (shared memory and registers let about 3 of these CTAs share an SM anyway); 3.
+FPAINTB_GEMV_MAX_M = {4: 8, 8: 8}
+FPAINTB_GEMV_MAX_N = 4096
 FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True)
-FPAINTB_SMALL = dict(m_tiles=1, n_tiles=4, warps_k=4)
-FPAINTB_WARPS_PER_SM = 8
-FPAINTB_WARPS_K = (1, 2, 4)
+# Tiled GEMM by M, per weight width: (most rows, tile, warp); stages from the catalog (per arch).
+FPAINTB_GEMM_TILES = {
+    4: [(16, (16, 128, 128), (16, 32)), (64, (32, 128, 128), (32, 32)), (None, (128, 64, 64), (64, 32))],
+    8: [(16, (16, 64, 128), (16, 16)), (64, (64, 128, 64), (32, 64)), (None, (128, 128, 64), (64, 32))],
+}
+FPAINTB_STREAMK_CTAS_PER_SM = 3
+# M tiles numbered together (ext[3]): a wave of CTAs covers this many rows of tiles, so it reads
+# each column tile of W once per group instead of once per row of tiles.
+FPAINTB_RASTER_GROUP = 8
+# From this many rows on, dequantizing once and running cuBLAS beats the tiled GEMM (measured at
+# M = 256, where the GEMM wins, and 4096, where it loses 3x; the crossover between them follows from
+# the GEMM's time growing with M while dequantization is a fixed cost: about 2x M = 256 at 512).
+FPAINTB_DEQUANT_MIN_M = 512
 
 
 @dataclass(frozen=True)
 class FpAIntBChoice:
-    spec: FpAIntBGemvSpec | FpAIntBDequantSpec
+    """A kernel plus, for the tiled GEMM, its run-time knobs: ctas_per_sm > 0 splits the work
+    stream-K over round(sm_count * min(ctas_per_sm, what fits)) CTAs (0: one CTA per output tile;
+    a fraction gives fewer CTAs than SMs), and raster_group M tiles are numbered together."""
+
+    spec: FpAIntBGemvSpec | FpAIntBGemmSpec | FpAIntBDequantSpec
+    ctas_per_sm: float = 0
+    raster_group: int = 1
+
+    def __post_init__(self):
+        if self.ctas_per_sm < 0 or self.raster_group < 1:
+            raise ValueError(f"ctas_per_sm must be >= 0 and raster_group >= 1, got {self.ctas_per_sm} and "
+                             f"{self.raster_group}")
+        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.ctas_per_sm, self.raster_group) != (0, 1):
+            raise ValueError(f"ctas_per_sm and raster_group are knobs of the tiled GEMM, not of {self.spec.name}")
 
     @property
     def dequantize(self) -> bool:
         return isinstance(self.spec, FpAIntBDequantSpec)
 
 
+def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
+    """The tiled GEMM for M rows: tile by M; stream-K when the output tiles do not fill the GPU."""
+    tile, warp = next((t, w) for limit, t, w in FPAINTB_GEMM_TILES[bits] if limit is None or m <= limit)
+    stages = next(s for t, w, s in fpaintb_gemm_configs(bits, arch) if (t, w) == (tile, warp))
+    spec = FpAIntBGemmSpec(act, bits, tile, warp, stages, arch)
+    tiles_m = -(-m // tile[0])
+    tiles = tiles_m * -(-n // tile[1])
+    streamk = FPAINTB_STREAMK_CTAS_PER_SM if tiles < FPAINTB_STREAMK_CTAS_PER_SM * sm_count else 0
+    return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
+
+
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
-    if m > FPAINTB_GEMV_MAX_M:
+    if m >= FPAINTB_DEQUANT_MIN_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
-    if m <= 16:
-        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **(FPAINTB_DECODE if m <= 8 else FPAINTB_SMALL)))
-    ctas = -(-n // 32)
-    warps_k = next((w for w in FPAINTB_WARPS_K if ctas * w >= FPAINTB_WARPS_PER_SM * sm_count), FPAINTB_WARPS_K[-1])
-    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, 2, 4, warps_k, arch=arch))
+    if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
+    return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)
+
+
+# --- Int8 conv2d (implicit GEMM with requantization) ---------------------------------------------
+#
+# A first rule from the GEMM view (M = N*P*Q output pixels, N = output channels), not measured
+# yet: benchmarks/bench_conv.py --sweep times every catalog kernel on the ResNet-50 shapes to
+# confirm or correct it.
+#   * alignment: the widest access the channel counts allow (16 elements, else 4, with out_channels
+#     a multiple of 4 for the epilogue); any other count (odd, or the 3 of an RGB input) runs the
+#     byte-access few-channels kernel, which also spends K on taps rather than on zero channels
+#     padding C to the tile's 64.
+#   * arch: the newest the target runs (the Sm80 cp.async mainloop on sm80 and sm90).
+#   * tile: among the tiles whose padding (rows past M, channels past N) costs at most
+#     CONV_MAX_PADDING times the leanest tile's, the largest that still gives every SM a
+#     threadblock; when none does, the one with the most threadblocks.
+CONV_MAX_PADDING = 1.125
+
+
+def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int) -> ConvInt8Spec:
+    """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels."""
+    fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
+    alignment = max(s.alignment for s in fitting)  # the alignment-1 kernel fits any channel count
+    arch = max(s.arch for s in fitting if s.alignment == alignment)
+    fitting = [s for s in fitting if (s.alignment, s.arch) == (alignment, arch)]
+
+    def ctas(s: ConvInt8Spec) -> int:
+        return -(-m // s.tile[0]) * -(-out_channels // s.tile[1])
+
+    def padding(s: ConvInt8Spec) -> float:
+        return ctas(s) * s.tile[0] * s.tile[1] / (m * out_channels)
+
+    leanest = min(padding(s) for s in fitting)
+    lean = [s for s in fitting if padding(s) <= CONV_MAX_PADDING * leanest]
+    full = [s for s in lean if ctas(s) >= sm_count]
+    if full:
+        return max(full, key=lambda s: s.tile[0] * s.tile[1])
+    return max(lean, key=ctas)

@@ -9,7 +9,7 @@ import qgemm
 from cutlass_gen.catalog import catalog
 from cutlass_gen.fpaintb_layout import LAYOUTS, layout
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import _checks, heuristics, wq_format
 from qgemm import fpaintb as fpaintb_mod
 from qgemm._abi import HostLibrary, QgemmProblem
@@ -116,14 +116,47 @@ def test_gemv_spec_rejects(kwargs, fragment):
         FpAIntBGemvSpec(**kwargs)
 
 
+GEMM = dict(act="f16", bits=4, tile=(64, 128, 64), warp=(32, 64), stages=4)
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (dict(tile=(48, 128, 64)), "tile M must be one of"),
+    (dict(tile=(64, 96, 64)), "tile N must be one of"),
+    (dict(tile=(64, 128, 512)), "tile K must be one of"),
+    (dict(tile=(64, 128)), r"tile is \(M, N, K\)"),
+    (dict(warp=(24, 64)), "must be a multiple of"),
+    (dict(warp=(32, 48)), "must be a multiple of"),
+    (dict(tile=(128, 128, 64), warp=(16, 32)), "gives 32 warps"),
+    (dict(warp=(64, 64), tile=(128, 128, 64)), "at most 64"),
+    (dict(stages=7), "stages must be one of"),
+    (dict(stages=4, arch=75), r"stages must be one of \(2,\) on sm75"),
+    (dict(act="bf16", arch=75, stages=2), "act bf16 needs arch 80"),
+    (dict(bits=8, tile=(32, 128, 128), warp=(32, 32), stages=4), "bytes of shared memory"),
+])
+def test_gemm_spec_rejects(change, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        FpAIntBGemmSpec(**{**GEMM, **change})
+
+
+def test_gemm_spec_shared_memory():
+    # int4, 16 x 128 x 128, 4 stages: x 16 * 128 * 2, codes 32 column groups of (128 * 4 / 2 + 16)
+    # bytes, 4 scale rows of 128 FP16 and 4 zero rows of 128 bytes per stage.
+    spec = FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4)
+    assert spec.smem_bytes == 4 * (16 * 128 * 2 + 32 * (256 + 16) + 4 * 128 * 2 + 4 * 128)
+    assert spec.warps == 4
+
+
 def test_names_and_catalog():
     assert FpAIntBGemvSpec("bf16", 4, 2, 4, 4).name == "qgemm_fpaintb_gemv_sm80_bf16_int4_m32_n32_wk4"
     assert FpAIntBDequantSpec("f16", 8, 75).name == "qgemm_fpaintb_dequant_sm75_f16_int8"
-    sm75 = catalog(75, "fpaintb_gemv")
+    assert FpAIntBGemmSpec(**GEMM).name == "qgemm_fpaintb_gemm_sm80_f16_int4_64x128x64_w32x64_s4"
+    sm75 = catalog(75, "fpaintb_gemv") + catalog(75, "fpaintb_gemm")
     assert sm75 and all(s.arch == 75 and s.act == "f16" for s in sm75)
+    assert all(s.stages == 2 for s in catalog(75, "fpaintb_gemm"))
     for sm in (80, 90):
-        specs = catalog(sm, "fpaintb_gemv") + catalog(sm, "fpaintb_dequant")
+        specs = catalog(sm, "fpaintb_gemv") + catalog(sm, "fpaintb_gemm") + catalog(sm, "fpaintb_dequant")
         assert {s.act for s in specs} == {"f16", "bf16"} and all(s.arch == 80 for s in specs)
+        assert {s.bits for s in catalog(sm, "fpaintb_gemm")} == {4, 8}
 
 
 SHAPES = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192),
@@ -131,40 +164,63 @@ SHAPES = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28
 
 
 def test_heuristic_choices_are_in_the_catalog():
-    """No shape the heuristic can see compiles at run time."""
+    """No shape the heuristic can see compiles at run time; the kind of kernel goes by M."""
     for sm, arch, acts in ((75, 75, ("f16",)), (80, 80, ("f16", "bf16")), (90, 80, ("f16", "bf16"))):
         built = set(catalog(sm))
         for k, n in SHAPES:
-            for m in (1, 2, 16, 17, 33, 64, 65, 256, 4096):
+            for m in (1, 2, 8, 9, 16, 17, 33, 64, 65, 256, 511, 512, 4096):
                 for bits in (4, 8):
                     for act in acts:
                         choice = heuristics.fpaintb_choice(m, n, k, bits, act, arch, 132)
                         assert choice.spec in built, (sm, m, n, k, bits, act, choice.spec.name)
-                        assert choice.dequantize == (m > heuristics.FPAINTB_GEMV_MAX_M)
+                        if m >= heuristics.FPAINTB_DEQUANT_MIN_M:
+                            assert choice.dequantize
+                        elif m <= 8 and (bits == 8 or n <= heuristics.FPAINTB_GEMV_MAX_N):
+                            assert isinstance(choice.spec, FpAIntBGemvSpec), (m, n, bits)
+                        else:
+                            assert isinstance(choice.spec, FpAIntBGemmSpec), (m, n, bits)
 
 
 def test_heuristic_tiles():
     """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
-    def pick(m, k, n, bits=4):
-        s = heuristics.fpaintb_choice(m, n, k, bits, "f16", 80, 132).spec
-        return (8 if s.rows8 else 16 * s.m_tiles, 8 * s.n_tiles, s.warps_k, s.min_warps_per_sm)
-    for k, n in ((14336, 21504), (11008, 4096)):
-        for bits in (4, 8):
-            assert pick(1, k, n, bits) == pick(8, k, n, bits) == (8, 16, 8, 16)
-            assert pick(9, k, n, bits) == pick(16, k, n, bits) == (16, 32, 4, 0)
-    assert pick(64, 14336, 21504) == (32, 32, 2, 0)
-    assert pick(64, 11008, 4096) == (32, 32, 4, 0)
-    assert heuristics.fpaintb_choice(65, 4096, 4096, 4, "f16", 80, 132).dequantize
+    decode = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
+    assert (decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, 2, 8, 16)
+
+    def gemm(m, k, n, bits=4):
+        c = heuristics.fpaintb_choice(m, n, k, bits, "f16", 80, 132)
+        return c.spec.tile, c.spec.warp, c.spec.stages, c.ctas_per_sm, c.raster_group
+    streamk = heuristics.FPAINTB_STREAMK_CTAS_PER_SM
+    assert gemm(1, 14336, 21504) == ((16, 128, 128), (16, 32), 4, streamk, 1)   # INT4 decode: GEMM beyond N 4096
+    assert gemm(16, 11008, 4096) == ((16, 128, 128), (16, 32), 4, streamk, 1)
+    assert gemm(16, 11008, 4096, 8) == ((16, 64, 128), (16, 16), 4, streamk, 1)
+    assert gemm(64, 14336, 21504) == ((32, 128, 128), (32, 32), 3, streamk, 2)  # 2 x 168 tiles < 3 x 132
+    assert gemm(64, 14336, 21504, 8) == ((64, 128, 64), (32, 64), 4, streamk, 1)
+    assert gemm(256, 14336, 21504) == ((128, 64, 64), (64, 32), 4, 0, 2)        # 2 x 336 tiles fill the GPU
+    assert gemm(500, 4096, 4096, 8) == ((128, 128, 64), (64, 32), 3, streamk, 4)
+    assert heuristics.fpaintb_choice(512, 4096, 4096, 4, "f16", 80, 132).dequantize
+    # Turing: the same tiles in two stages.
+    assert heuristics.fpaintb_choice(16, 4096, 4096, 4, "f16", 75, 40).spec.stages == 2
+
+
+def test_choice_knobs_belong_to_the_tiled_gemm():
+    gemv = FpAIntBGemvSpec("f16", 4)
+    with pytest.raises(ValueError, match="knobs of the tiled GEMM"):
+        heuristics.FpAIntBChoice(gemv, ctas_per_sm=2)
+    with pytest.raises(ValueError, match="ctas_per_sm must be >= 0"):
+        heuristics.FpAIntBChoice(FpAIntBGemmSpec(**GEMM), ctas_per_sm=-1)
 
 
 def test_templates_render_the_layout():
+    """Every FpA x IntB template takes the packed layout's numbers from fpaintb_layout.py."""
     for bits in (4, 8):
         lay = layout(bits)
-        source = render(FpAIntBGemvSpec("f16", bits)).source
-        assert f"constexpr int kInterleave = {lay.interleave};" in source
-        assert f"constexpr int kLineBytes = {lay.line_bytes};" in source
-        assert "FpAIntBGemvSpec(" in source.split("\n", 6)[4]  # the header names the spec
-        assert f"constexpr int kBits = {bits};" in render(FpAIntBDequantSpec("bf16", bits)).source
+        expected = (f"qgemm::fpaintb::PackedLayout<{lay.bits}, {lay.interleave}, {lay.tile_rows}, "
+                    f"{lay.line_bytes}>")
+        for spec in (FpAIntBGemvSpec("f16", bits), FpAIntBDequantSpec("bf16", bits),
+                     FpAIntBGemmSpec("f16", bits, (64, 128, 64), (32, 64), 4)):
+            source = render(spec).source
+            assert expected in source, spec.name
+            assert f"{type(spec).__name__}(" in source.split("\n", 6)[4]  # the header names the spec
 
 
 # --- the compiled host library -------------------------------------------------------------------
@@ -216,6 +272,83 @@ def test_gemv_plans_grid_and_shared_memory(gemv_library):
 def test_gemv_plan_rejects(gemv_library, problem, why):
     status, _ = gemv_library.plan(problem)
     assert status != 0, why
+
+
+@pytest.fixture(scope="module")
+def gemm_library(tmp_path_factory):
+    import os
+
+    from cutlass_gen.build import build
+
+    old = os.environ.get("QGEMM_CACHE_DIR")
+    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
+    try:
+        return HostLibrary(str(build(FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 80).so_path))
+    finally:
+        if old is None:
+            del os.environ["QGEMM_CACHE_DIR"]
+        else:
+            os.environ["QGEMM_CACHE_DIR"] = old
+
+
+def gemm_problem(m, n, k, group_size=128, ctas=0, raster=1, ld_w=None):
+    p = gemv_problem(m, n, k, group_size, ld_w)
+    p.ext[2], p.ext[3] = ctas, raster
+    return p
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_gemm_plans_work_split_and_workspace(gemm_library):
+    spec = FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4)
+    # One CTA per output tile: 2 x 32 tiles, no tile shared, no workspace.
+    status, launch = gemm_library.plan(gemm_problem(20, 4096, 11008))
+    assert status == 0, gemm_library.status_string(status)
+    assert tuple(launch.grid) == (2 * 32, 1, 1) and launch.block[0] == 32 * spec.warps
+    assert launch.smem_bytes == spec.smem_bytes and launch.workspace_bytes == 0
+    # Stream-K over 528 CTAs: 64 tiles x 86 K tiles = 5504 iterations, ceil(5504 / 528) = 11 per
+    # CTA, so ceil(5504 / 11) = 501 CTAs; 11 does not divide 86: tiles are shared, one counter each.
+    status, launch = gemm_library.plan(gemm_problem(20, 4096, 11008, ctas=528))
+    assert status == 0 and tuple(launch.grid) == (501, 1, 1) and launch.workspace_bytes == 64 * 4
+    # 86 iterations per CTA (ctas=64): one whole tile each, nothing shared.
+    status, launch = gemm_library.plan(gemm_problem(20, 4096, 11008, ctas=64))
+    assert status == 0 and tuple(launch.grid) == (64, 1, 1) and launch.workspace_bytes == 0
+    # Fewer CTAs than tiles: each takes 172 iterations (two whole tiles).
+    status, launch = gemm_library.plan(gemm_problem(20, 4096, 11008, ctas=32))
+    assert status == 0 and tuple(launch.grid) == (32, 1, 1) and launch.workspace_bytes == 0
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("problem, why", [
+    (gemm_problem(1, 4096, 4096, group_size=96), "group size not a multiple of 32"),
+    (gemm_problem(1, 4096, 4096 * 3, group_size=192), "group size above the tile K, neither a multiple of it nor K"),
+    (gemm_problem(1, 4100, 4096), "N not a multiple of 8"),
+    (gemm_problem(1, 4096, 4000), "K not a multiple of 64"),
+    (gemm_problem(1, 4096, 4096, ld_w=4096), "packed row length wrong for int4"),
+    (gemm_problem(1, 4096, 4096, ctas=-1), "negative CTA count"),
+    (gemm_problem(1, 4096, 4096, raster=0), "no raster group"),
+])
+def test_gemm_plan_rejects(gemm_library, problem, why):
+    status, _ = gemm_library.plan(problem)
+    assert status != 0, why
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_gemm_make_params_needs_buffers_when_tiles_are_shared(gemm_library):
+    import ctypes
+
+    from qgemm._abi import PARAMS_CAPACITY
+    buf = ctypes.create_string_buffer(PARAMS_CAPACITY)
+    counters = ctypes.create_string_buffer(256)
+    p = gemm_problem(1, 512, 4096, ctas=16)  # 4 tiles x 32 K tiles over 16 CTAs: 8 iterations each
+    assert gemm_library.make_params_fn(ctypes.byref(p), ctypes.addressof(counters), buf, PARAMS_CAPACITY) != 0
+    p.ptr[6] = 0x1000  # any non-null partial buffer (make_params only records it)
+    assert gemm_library.make_params_fn(ctypes.byref(p), None, buf, PARAMS_CAPACITY) != 0
+    assert gemm_library.make_params_fn(ctypes.byref(p), ctypes.addressof(counters), buf, PARAMS_CAPACITY) == 0
+    p = gemm_problem(1, 512, 4096)  # one CTA per tile: neither buffer needed
+    assert gemm_library.make_params_fn(ctypes.byref(p), None, buf, PARAMS_CAPACITY) == 0
 
 
 # --- argument checks (before any launch) ---------------------------------------------------------

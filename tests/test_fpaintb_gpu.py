@@ -9,7 +9,9 @@ Error bounds (||out - ref|| / ||ref||):
   * GEMM, float16: 2e-3. The kernels form each weight as (u - zero) * scale rounded once to
     float16 (relative error <= 2^-11, random in sign) before FP32-accumulated tensor-core MMAs,
     and round the output once to float16 (<= 2^-11 relative). Together about 2^-11 * 1.2 RMS
-    (6e-4); 2e-3 leaves 3x headroom.
+    (6e-4); 2e-3 leaves 3x headroom. Stream-K adds the CTAs' FP32 partial sums in FP32, and
+    the tiled GEMM with one M tile per warp scales each K tile's exact-integer sum in FP32 instead
+    of rounding each weight: both only lower the error.
   * GEMM, bfloat16: 1e-2. The same two roundings at 2^-9 each: about 2.3e-3 RMS; 4x headroom.
   * The dequantize-then-cuBLAS path rounds the same two places, so it has the same bounds.
 Outputs are poisoned with NaN before each launch, so an unwritten element fails.
@@ -21,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemvSpec
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import heuristics, wq_format
 from qgemm.fpaintb import IntBWeight
 
@@ -137,10 +139,75 @@ def test_every_catalog_kernel(bits, dtype):
                 assert err < BOUND[dtype], (spec.name, group_size, m, err)
 
 
+def _gemm_specs(dtype, bits):
+    """Every tiled GEMM of the catalog for this type and width, plus the arch-75 (two-stage,
+    m16n8k8) ones for FP16."""
+    from cutlass_gen.catalog import catalog
+    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
+    act = qgemm.fpaintb.ACT_DTYPES[dtype]
+    specs = [s for s in catalog(target, FpAIntBGemmSpec.family) if s.act == act and s.bits == bits]
+    if dtype == torch.float16:
+        specs += [s for s in catalog(75, FpAIntBGemmSpec.family) if s.bits == bits]
+    return specs
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+def test_every_gemm_kernel_stream_k_and_raster(bits, dtype):
+    """Each tiled GEMM, one CTA per output tile and stream-K over 0.1, 1 and 4 CTAs per SM (from
+    a CTA covering several whole tiles and parts of two, to every K tile of a tile in its own
+    CTA), raster groups 1 and 3, on N = 136 (a partial N tile) and K = 704 (a partial 128-row K
+    tile), at M = 1, 17, 64 and 300 (several M tiles). Group size 32 puts two or four groups in
+    one K tile (scales on the weights), 64 one group in one or two K tiles, K one per column (the
+    tile's sum is scaled when the warp has one M tile)."""
+    n, k = 136, 704
+    for group_size, zeros in ((32, True), (64, False), (k, True)):
+        weight = random_weight(k, n, bits, group_size, zeros, dtype, seed=group_size)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=3))
+        for spec in _gemm_specs(dtype, bits):
+            for m in (1, 17, 64, 300):
+                x = randn(m, k, dtype=dtype, seed=m)
+                ref = reference(x, weight, plan.bias)
+                for ctas_per_sm, raster in ((0, 1), (0.1, 3), (1, 1), (4, 3)):
+                    choice = heuristics.FpAIntBChoice(spec, ctas_per_sm, raster)
+                    err = rel_err(run(plan, x, choice), ref)
+                    assert err < BOUND[dtype], (spec.name, group_size, m, ctas_per_sm, raster, err)
+
+
+def test_stream_k_is_deterministic_and_graph_safe():
+    """The last CTA of a shared tile adds the contributions in CTA order: the same input gives the
+    same bits whichever CTA finishes last, launch after launch, and under CUDA-graph replay (the
+    tile counters must come back to zero after every launch), also on a side stream."""
+    n, k = 512, 4096
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=8)
+    plan = qgemm.FpAIntBPlan(weight)
+    spec = FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4)
+    choice = heuristics.FpAIntBChoice(spec, 2)
+    x = randn(5, k, dtype=torch.float16, seed=5)
+    first = run(plan, x, choice)
+    assert rel_err(first, reference(x, weight)) < BOUND[torch.float16]
+    for _ in range(20):
+        assert torch.equal(run(plan, x, choice), first)
+    out = torch.full_like(first, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, out, choice=choice)
+    for _ in range(5):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = plan(x, choice=choice)
+    side.synchronize()
+    assert torch.equal(y, first)
+
+
 @pytest.mark.parametrize("activation", ("relu", "silu", "gelu"))
 def test_bias_and_activation(activation):
     n, k = 264, 1024
-    for m in (1, 17, 200):  # the small-M kernel's epilogue, then dequantize + cuBLAS
+    for m in (1, 17, 200, 1500):  # the small-M kernel's epilogue, the tiled GEMM's, dequantize + cuBLAS
         weight = random_weight(k, n, 4, 128, False, torch.float16, seed=1)
         bias = randn(n, dtype=torch.float16, seed=2)
         plan = qgemm.FpAIntBPlan(weight, bias=bias, activation=activation)
@@ -155,10 +222,11 @@ def test_dequantize_path_and_forced_choices():
     plan = qgemm.FpAIntBPlan(weight, act_dtype=torch.bfloat16)
     dequant = heuristics.FpAIntBChoice(FpAIntBDequantSpec("bf16", 4))
     gemv = heuristics.FpAIntBChoice(FpAIntBGemvSpec("bf16", 4, 2, 4, 2))
+    gemm = heuristics.FpAIntBChoice(FpAIntBGemmSpec("bf16", 4, (128, 128, 64), (64, 32), 3), ctas_per_sm=1)
     for m in (1, 1000):
         x = randn(m, k, dtype=torch.bfloat16, seed=m)
         ref = reference(x, weight)
-        for choice in (dequant, gemv):
+        for choice in (dequant, gemv, gemm):
             assert rel_err(run(plan, x, choice), ref) < BOUND[torch.bfloat16], (m, choice.spec.name)
 
 

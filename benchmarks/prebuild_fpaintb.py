@@ -14,8 +14,9 @@ from cutlass_gen.specs import FpAIntBGemvSpec
 
 
 def test_specs() -> list:
-    """The extra kernels of tests/test_fpaintb_gpu.py: small-M variants and the arch-75 GEMMs."""
-    specs = list(catalog(75, "fpaintb_gemm"))
+    """The extra kernels of tests/test_fpaintb_gpu.py and tests/test_conv_fpaintb_gpu.py: small-M
+    variants and the arch-75 GEMMs and convolutions."""
+    specs = list(catalog(75, "fpaintb_gemm")) + list(catalog(75, "fpaintb_conv"))
     for bits in (4, 8):
         specs += [FpAIntBGemvSpec("f16", bits, 1, 2, 4, arch=75), FpAIntBGemvSpec("f16", bits, 2, 1, 2, arch=75)]
         for act in ("f16", "bf16"):
@@ -30,7 +31,7 @@ def main():
     ap.add_argument("-j", type=int, default=16)
     ap.add_argument("--sm", type=int, default=90)
     args = ap.parse_args()
-    families = ("fpaintb_gemv", "fpaintb_gemm", "fpaintb_dequant")
+    families = ("fpaintb_gemv", "fpaintb_gemm", "fpaintb_dequant", "fpaintb_conv")
     specs = {s for f in families for s in catalog(args.sm, f)} | set(test_specs())
     build_many(sorted(specs, key=lambda s: s.name), args.sm, jobs=args.j, progress=lambda line: None)
     print(f"prebuilt {len(specs)} FpA x IntB kernels for sm{args.sm}")

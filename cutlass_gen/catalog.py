@@ -11,6 +11,7 @@ from .specs import (
     ConvInt8Spec,
     Fp8ActQuantSpec,
     Fp8BlockwiseGemmSpec,
+    FpAIntBConvSpec,
     FpAIntBDequantSpec,
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
@@ -111,16 +112,39 @@ def _fpaintb_gemm(target_sm: int) -> list[KernelSpec]:
             for act in acts for bits in (4, 8) for tile, warp, stages in fpaintb_gemm_configs(bits, arch)]
 
 
+# FpA x IntB conv2d (implicit GEMM on the same mainloop; qgemm/heuristics.py fpaintb_conv_choice
+# picks): per weight width the GEMM's 32/64-row tile for small images and batches, and its 128-row
+# tile for the rest (the offsets' extra shared-memory rows fit both).
+_FPAINTB_CONV_CONFIGS = {
+    4: [((32, 128, 128), (32, 32), 3), ((128, 64, 64), (64, 32), 4)],
+    8: [((64, 128, 64), (32, 64), 4), ((128, 128, 64), (64, 32), 3)],
+}
+
+
+def fpaintb_conv_configs(bits: int, arch: int) -> list[tuple]:
+    """(tile, warp, stages) of the catalog's FpA x IntB conv kernels for a weight width and arch."""
+    return [(tile, warp, 2 if arch == 75 else stages) for tile, warp, stages in _FPAINTB_CONV_CONFIGS[bits]]
+
+
+def _fpaintb_conv(target_sm: int) -> list[KernelSpec]:
+    arch, acts = _fpaintb_arch(target_sm)
+    return [FpAIntBConvSpec(act, bits, tile, warp, stages, arch)
+            for act in acts for bits in (4, 8) for tile, warp, stages in fpaintb_conv_configs(bits, arch)]
+
+
 def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
     arch, acts = _fpaintb_arch(target_sm)
     return [FpAIntBDequantSpec(act, bits, arch) for act in acts for bits in (4, 8)]
 
 
-# Int8 conv2d (qgemm/heuristics.py conv_int8_choice picks among these), as (arch, tile, warp, stages,
-# alignment, iterator): channels in multiples of 16 on large tiles for large batches (256 x 128 and
-# 128 x 128), 128 x 64 for 64-channel layers, 64 x 64 for small ones; multiples of 4 on one 64 x 64
-# tile; any other channel count (odd, or the 3 of an RGB input) on the Turing two-stage mainloop with
-# byte accesses and the few-channels iterator, which runs on every later SM too.
+# Int8 conv2d (qgemm/heuristics.py conv_int8_choice picks among these, its comments give the
+# measurements), as (arch, tile, warp, stages, alignment, iterator): channels in multiples of 16 on
+# 128 x 128 for large batches with more than 128 output channels, 128 x 64 for those with at most 128,
+# 64 x 64 for small batches (256 x 128 measured slower than 128 x 128 or 128 x 64 on every ResNet-50
+# layer); multiples of 4 on one 64 x 64 tile (a plan pads other input channel counts, the 3 of an RGB
+# input, to heuristics.CONV_PAD_CHANNELS_TO); output channels that are not a multiple of 4, with any
+# input channels, on the Turing two-stage mainloop with byte accesses and the few-channels iterator,
+# which runs on every later SM too.
 _CONV_FEW_CHANNELS = (75, (128, 64, 64), (64, 32, 64), 2, 1, "few_channels")
 _CONV_CONFIGS = {
     75: [(75, (128, 128, 64), (64, 64, 64), 2, 16, "optimized"),
@@ -128,8 +152,7 @@ _CONV_CONFIGS = {
          (75, (64, 64, 64), (32, 32, 64), 2, 16, "optimized"),
          (75, (64, 64, 64), (32, 32, 64), 2, 4, "optimized"),
          _CONV_FEW_CHANNELS],
-    80: [(80, (256, 128, 64), (64, 64, 64), 3, 16, "optimized"),
-         (80, (128, 128, 64), (64, 64, 64), 3, 16, "optimized"),
+    80: [(80, (128, 128, 64), (64, 64, 64), 3, 16, "optimized"),
          (80, (128, 64, 64), (64, 32, 64), 4, 16, "optimized"),
          (80, (64, 64, 64), (32, 32, 64), 4, 16, "optimized"),
          (80, (64, 64, 64), (32, 32, 64), 4, 4, "optimized"),
@@ -149,6 +172,7 @@ _FAMILY_CATALOGS = {
     FpAIntBGemvSpec.family: _fpaintb_gemv,
     FpAIntBGemmSpec.family: _fpaintb_gemm,
     FpAIntBDequantSpec.family: _fpaintb_dequant,
+    FpAIntBConvSpec.family: _fpaintb_conv,
     ConvInt8Spec.family: _conv2d_int8,
 }
 

@@ -363,8 +363,9 @@ class FpAIntBGemmSpec(_FpAIntBSpec):
     MMA (templates/include/qgemm/fpaintb/gemm.h). Each K tile of x, of the packed codes and of its
     scales and zeros goes to shared memory (cp.async multistage on arch 80, a two-stage register
     pipeline on arch 75); warps read x with ldmatrix and the codes as 32-bit B fragments, convert
-    them after the shared-memory load and feed m16n8k16 MMAs with FP32 accumulation. K may be split
-    over `slices` CTAs at run time (the last CTA of a tile adds the slices in order).
+    them after the shared-memory load and feed m16n8k16 MMAs with FP32 accumulation. At run time the
+    (output tile, K tile) iterations may be spread over a fixed number of CTAs (stream-K; the last CTA
+    to finish a shared tile adds the partial sums in CTA order).
 
     `tile` is the CTA's (M, N, K), `warp` each warp's (M, N); warps split the tile in M and N."""
 
@@ -432,6 +433,28 @@ class FpAIntBGemmSpec(_FpAIntBSpec):
     def name(self) -> str:
         tm, tn, tk = self.tile
         return (f"qgemm_fpaintb_gemm_sm{self.arch}_{self.act}_int{self.bits}"
+                f"_{tm}x{tn}x{tk}_w{self.warp[0]}x{self.warp[1]}_s{self.stages}")
+
+
+@dataclass(frozen=True)
+class FpAIntBConvSpec(FpAIntBGemmSpec):
+    """FP16/BF16 NHWC activations x INT4/INT8 filter [Co, R, S, C] conv2d, as an implicit GEMM on
+    the FpAIntBGemmSpec mainloop: x chunks are gathered per filter tap (zero in the padding) and the
+    weights carry per-block float offsets, W = q * scale + offset (signed q), one hfma2 per pair.
+    The offsets take one more shared-memory row per scale row."""
+
+    family: ClassVar[str] = "fpaintb_conv"
+    template: ClassVar[str] = "fpaintb_conv.cu.j2"
+
+    @property
+    def smem_bytes(self) -> int:
+        tm, tn, tk = self.tile
+        return super().smem_bytes + self.stages * (tk // 32) * tn * 2
+
+    @property
+    def name(self) -> str:
+        tm, tn, tk = self.tile
+        return (f"qgemm_fpaintb_conv_sm{self.arch}_{self.act}_int{self.bits}"
                 f"_{tm}x{tn}x{tk}_w{self.warp[0]}x{self.warp[1]}_s{self.stages}")
 
 
@@ -545,7 +568,8 @@ class ConvInt8Spec(KernelSpec):
 
 
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
-                                        FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec)}
+                                        FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec,
+                                        FpAIntBConvSpec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

@@ -43,6 +43,7 @@ struct Config {
   static constexpr int kTileM = 16, kTileN = 128, kTileK = 128;
   static constexpr int kWarpM = 16, kWarpN = 32;
   static constexpr int kStages = 2;
+  static constexpr bool kIm2col = false, kOffset = false;
 };
 
 using Gemm = qgemm::fpaintb::DqGemm<Config>;
@@ -72,6 +73,7 @@ struct Adapter {
     params.w = static_cast<uint8_t const*>(p.ptr[1]);
     params.scale = static_cast<Config::Act const*>(p.ptr[2]);
     params.zero = static_cast<uint8_t const*>(p.ptr[3]);
+    params.offset = nullptr;
     params.bias = static_cast<Config::Act const*>(p.ptr[4]);
     params.out = static_cast<Config::Act*>(const_cast<void*>(p.ptr[5]));
     params.partial = static_cast<float*>(const_cast<void*>(p.ptr[6]));

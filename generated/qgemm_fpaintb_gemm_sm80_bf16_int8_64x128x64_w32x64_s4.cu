@@ -45,6 +45,7 @@ struct Config {
   static constexpr int kTileM = 64, kTileN = 128, kTileK = 64;
   static constexpr int kWarpM = 32, kWarpN = 64;
   static constexpr int kStages = 4;
+  static constexpr bool kIm2col = false, kOffset = false;
 };
 
 using Gemm = qgemm::fpaintb::DqGemm<Config>;
@@ -74,6 +75,7 @@ struct Adapter {
     params.w = static_cast<uint8_t const*>(p.ptr[1]);
     params.scale = static_cast<Config::Act const*>(p.ptr[2]);
     params.zero = static_cast<uint8_t const*>(p.ptr[3]);
+    params.offset = nullptr;
     params.bias = static_cast<Config::Act const*>(p.ptr[4]);
     params.out = static_cast<Config::Act*>(const_cast<void*>(p.ptr[5]));
     params.partial = static_cast<float*>(const_cast<void*>(p.ptr[6]));

@@ -15,6 +15,7 @@ from .fp8 import Fp8Activations, Fp8GemmPlan, Fp8Weight, fp8_linear, quantize_ac
 from .fpaintb import FpAIntBPlan, IntBWeight, fpaintb_linear
 from .conv import ConvInt8Plan, conv2d_int8
 from .conv_quant import ConvInt8Quant
+from .conv_fpaintb import FpAIntBConvPlan, IntConvWeight, conv2d_fpaintb
 from . import nn, reference, wq_format
 
 __all__ = [
@@ -24,14 +25,17 @@ __all__ = [
     "Fp8Activations",
     "Fp8GemmPlan",
     "Fp8Weight",
+    "FpAIntBConvPlan",
     "FpAIntBPlan",
     "IntBWeight",
+    "IntConvWeight",
     "KernelUnavailableError",
     "NoGpuError",
     "QgemmError",
     "QuantizedActivations",
     "W8A8GemmPlan",
     "W8A8Weight",
+    "conv2d_fpaintb",
     "conv2d_int8",
     "fp8_linear",
     "fpaintb_linear",

@@ -21,6 +21,16 @@ tensor is NHWC in memory and is used as is; any other x is first copied into NHW
 and write of N*H*W*Ci bytes and one more kernel launch: for a 64 x 56 x 56 x 64 input about 13 MB
 of traffic, a few microseconds on an H100). The result is a channels_last view of the NHWC output,
 which costs nothing.
+
+Few input channels: the aligned kernels read channels 4 or 16 at a time, so an input channel count
+that is not a multiple of 4 (the 3 of an RGB input) is zero-padded (heuristics.conv_int8_padded_channels,
+to a multiple of heuristics.CONV_PAD_CHANNELS_TO): the weights once per plan with zero channels,
+the input on each call with channels holding Z_I (their value does not matter against zero weights;
+Z_I is the real 0). sum(w_q) and the border correction are computed from the padded weights and come
+out unchanged. The input's pad is one more kernel writing N*H*W*Ci_padded bytes after reading
+N*H*W*Ci (for the 64 x 224 x 224 x 3 of ResNet-50's first layer, 10 MB in and 13 MB out); with
+layout="nchw" it is also the transposing copy. Only out_channels not a multiple of 4 keeps the
+few-channels kernel, which reads any channel count.
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ import threading
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from cutlass_gen.specs import ConvInt8Spec
 
@@ -79,6 +90,10 @@ class ConvInt8Plan:
     the per-output-channel weight scales and the activation (none, relu or relu6); bias is float [Co]
     on w_q's device. Everything is checked here and on each call before anything is launched. Plans
     keep per-shape state (kernel, border correction) cached, so build one per layer and reuse it.
+
+    in_channels is w_q's Ci, the channels x has; padded_channels the count the kernel runs with. When
+    they differ (Ci not a multiple of 4, module docstring) the plan's weight is w_q with zero channels
+    appended, and each call costs one extra copy of the input (padded with Z_I) before the kernel.
     """
 
     def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, *, bias: torch.Tensor | None = None,
@@ -105,12 +120,15 @@ class ConvInt8Plan:
 
         # Calibration scales may live on the CPU; the requantization vectors live with the weights.
         self.quant = dataclasses.replace(quant, weight_scale=quant.weight_scale.to(device))
-        self.weight = w_q
         self.bias = bias
         self.device = device
         self.out_channels, kh, kw, self.in_channels = w_q.shape
         self.kernel_size = (kh, kw)
-        self.multiplier, self.fused_bias = conv_quant.requant_params(w_q, bias, self.quant)
+        self.padded_channels = heuristics.conv_int8_padded_channels(self.in_channels, self.out_channels)
+        # Zero channels appended (module docstring): a fresh contiguous tensor, 16-byte aligned.
+        self.weight = F.pad(w_q, (0, self.padded_channels - self.in_channels)) if self._pads else w_q
+        # From the padded weights: zero channels add nothing to sum(w_q) (and to the border correction).
+        self.multiplier, self.fused_bias = conv_quant.requant_params(self.weight, bias, self.quant)
         self.clamp = self.quant.clamp_bounds()
         self._sm_count = sm_count(device)
         self._device_index = device.index
@@ -124,8 +142,8 @@ class ConvInt8Plan:
         """The slots that do not change between calls (templates/conv2d_int8.cu.j2 lists them)."""
         kh, kw = self.kernel_size
         p = QgemmProblem()
-        p.n, p.k = self.out_channels, kh * kw * self.in_channels
-        p.ext[3] = self.in_channels
+        p.n, p.k = self.out_channels, kh * kw * self.padded_channels
+        p.ext[3] = self.padded_channels
         p.ext[4], p.ext[5] = _pack(self.kernel_size), _pack(self.padding)
         p.ext[6], p.ext[7] = _pack(self.stride), _pack(self.dilation)
         p.ptr[1] = self.weight.data_ptr()
@@ -134,13 +152,17 @@ class ConvInt8Plan:
         p.sm_count = self._sm_count
         return p
 
+    @property
+    def _pads(self) -> bool:
+        return self.padded_channels != self.in_channels
+
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
         return conv_quant.output_hw((h, w), self.kernel_size, self.stride, self.padding, self.dilation)
 
     def choice(self, n: int, h: int, w: int) -> ConvInt8Spec:
         """The kernel this plan runs for an input of N x H x W pixels."""
         ho, wo = self.output_hw(h, w)
-        return heuristics.conv_int8_choice(n * ho * wo, self.in_channels, self.out_channels, self.target_sm,
+        return heuristics.conv_int8_choice(n * ho * wo, self.padded_channels, self.out_channels, self.target_sm,
                                            self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
@@ -153,6 +175,11 @@ class ConvInt8Plan:
         _checks.tensor("x", x, (torch.int8,), ndim=4)
         _checks.cuda_device("x", x, self.device)
         _checks.contiguous("x", x)
+        return self._call_nhwc(x, out, choice)
+
+    def _call_nhwc(self, x, out, choice) -> torch.Tensor:
+        """x int8 [N, H, W, Ci] on the plan's device; contiguous, or any strides when the channels are
+        padded (the pad's copy reads them)."""
         n, h, w, c = x.shape
         if c != self.in_channels or min(n, h, w) < 1:
             raise ValueError(f"x must have shape (N >= 1, H >= 1, W >= 1, {self.in_channels}) (NHWC), "
@@ -161,7 +188,7 @@ class ConvInt8Plan:
             call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
         else:
             call = self._prepare(n, h, w, choice)
-        if x.data_ptr() % call.spec.alignment:
+        if x.data_ptr() % call.spec.alignment and not self._pads:  # the pad's copy is a fresh, aligned tensor
             _checks.aligned("x", x, call.spec.alignment, f"{call.spec.alignment}-byte loads")
         if out is None:
             out = torch.empty(call.out_shape, dtype=torch.int8, device=self.device)
@@ -171,6 +198,10 @@ class ConvInt8Plan:
             _checks.cuda_device("out", out, self.device)
             _checks.contiguous("out", out)
             _checks.aligned("out", out, call.spec.output_alignment, f"{call.spec.output_alignment}-byte stores")
+        if self._pads:
+            # The input's channels padded with Z_I, the real 0 (module docstring): one copy per call,
+            # after every check.
+            x = F.pad(x, (0, self.padded_channels - self.in_channels), value=self.quant.input_zero).contiguous()
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._problem
@@ -182,12 +213,13 @@ class ConvInt8Plan:
 
     def _call_nchw(self, x, out, choice) -> torch.Tensor:
         _checks.tensor("x", x, (torch.int8,), ndim=4)
+        _checks.cuda_device("x", x, self.device)
         if x.shape[1] != self.in_channels:
             raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
                              f"got {tuple(x.shape)}")
         x_nhwc = x.permute(0, 2, 3, 1)
-        if not x_nhwc.is_contiguous():
-            x_nhwc = x_nhwc.contiguous()  # the transposing copy (module docstring)
+        if not x_nhwc.is_contiguous() and not self._pads:
+            x_nhwc = x_nhwc.contiguous()  # the transposing copy (module docstring); padding copies anyway
         out_nhwc = None
         if out is not None:
             _checks.tensor("out", out, (torch.int8,), ndim=4)
@@ -197,7 +229,7 @@ class ConvInt8Plan:
                 raise ValueError(f"out must be channels_last (NHWC in memory) with layout 'nchw'; got strides "
                                  f"{out.stride()} for shape {tuple(out.shape)}: allocate it with "
                                  f"memory_format=torch.channels_last")
-        return self(x_nhwc, out_nhwc, choice=choice).permute(0, 3, 1, 2)
+        return self._call_nhwc(x_nhwc, out_nhwc, choice).permute(0, 3, 1, 2)
 
     def _set_shape(self, p: QgemmProblem, n: int, h: int, w: int):
         ho, wo = self.output_hw(h, w)
@@ -209,7 +241,8 @@ class ConvInt8Plan:
         if ho < 1 or wo < 1:
             raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
                              f"dilation {self.dilation} and padding {self.padding} allow")
-        for name, elements in (("x", n * h * w * self.in_channels), ("the output", n * ho * wo * self.out_channels)):
+        for name, elements in (("x", n * h * w * self.padded_channels),
+                               ("the output", n * ho * wo * self.out_channels)):
             if elements > MAX_ELEMENTS:
                 raise ValueError(f"{name} has {elements} elements; the kernels address at most {MAX_ELEMENTS} "
                                  f"(32-bit offsets): split the batch")
@@ -226,9 +259,10 @@ class ConvInt8Plan:
             raise TypeError(f"choice must be a ConvInt8Spec, got {type(spec).__name__}")
         if not spec.supports_target(self.target_sm):
             raise ValueError(f"choice {spec.name} needs sm{spec.arch} or later; this plan runs on sm{self.target_sm}")
-        if not spec.supports_channels(self.in_channels, self.out_channels):
+        if not spec.supports_channels(self.padded_channels, self.out_channels):
+            padded = f" (padded to {self.padded_channels})" if self._pads else ""
             raise ValueError(f"choice {spec.name} needs in_channels a multiple of {spec.alignment} and out_channels "
-                             f"a multiple of {spec.output_alignment}; this plan has Ci={self.in_channels}, "
+                             f"a multiple of {spec.output_alignment}; this plan has Ci={self.in_channels}{padded}, "
                              f"Co={self.out_channels}")
         return spec
 

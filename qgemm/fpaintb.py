@@ -38,6 +38,42 @@ _TORCH_ACTIVATIONS = {"none": lambda y: y, "relu": F.relu, "silu": F.silu, "gelu
 _WHAT = "qgemm FpA x IntB GEMM"
 
 
+class StreamKBuffers:
+    """What a launch whose tiles are split between CTAs (stream-K) needs besides its operands: an
+    FP32 partial buffer of two tiles per CTA, fresh per call, and the tile counters, which every
+    launch leaves zero, kept per stream so that streams never share them."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._counters: dict[int, torch.Tensor] = {}
+
+    def get(self, launch, tile: tuple, stream: int) -> tuple[torch.Tensor | None, int]:
+        """(partial buffer, counters pointer) for this launch, (None, 0) when no tile is split. Keep
+        the buffer referenced until the launch is issued."""
+        if launch.workspace_bytes == 0:
+            return None, 0
+        tile_m, tile_n = tile[:2]
+        partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
+        counters = self._counters.get(stream)
+        if counters is None or counters.numel() < launch.workspace_bytes:
+            counters = self._counters[stream] = torch.zeros(launch.workspace_bytes, dtype=torch.uint8,
+                                                            device=self.device)
+        return partial, counters.data_ptr()
+
+
+def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, ctas_slot: int = 2):
+    """kernel.plan(p) with the stream-K CTA count of choice.ctas_per_sm written to p.ext[ctas_slot]:
+    the CTAs that fit on the GPU at once, at most ctas_per_sm per SM. Returns (launch, ctas)."""
+    p.ext[ctas_slot] = 0
+    launch = kernel.plan(p)
+    ctas = 0
+    if choice.ctas_per_sm:
+        fit = kernel.ctas_per_sm(launch, device_index)
+        ctas = p.ext[ctas_slot] = max(1, round(sm_count * min(fit, choice.ctas_per_sm)))
+        launch = kernel.plan(p)
+    return launch, ctas
+
+
 def _check_group_size(group_size: int, k: int):
     if group_size != k and group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES} or K={k} (per output channel), got {group_size}")
@@ -180,7 +216,7 @@ class FpAIntBPlan:
         self._device_index = device.index
         self._call = CallBuffers()
         self._per_m: dict[int, tuple] = {}
-        self._counters: dict[int, torch.Tensor] = {}  # split-K tile counters per stream (zero between calls)
+        self._split = StreamKBuffers(device)
         self._lock = threading.Lock()
         self._problem = self._fixed_problem()
 
@@ -227,31 +263,17 @@ class FpAIntBPlan:
         if out is None:
             out = torch.empty((m, w.n), dtype=self.act_dtype, device=self.device)
         stream = current_stream(self._device_index)
-        # Tiles split between CTAs (stream-K) need an FP32 partial buffer (2 tiles per CTA) per
-        # call, and the tile counters, which every launch leaves zero, kept per stream so that
-        # streams never share them.
-        split = launch.workspace_bytes > 0
-        partial = counters = None
-        if split:
-            tile_m, tile_n, _ = choice.spec.tile
-            partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
-            counters = self._tile_counters(stream, launch.workspace_bytes)
+        partial, counters = self._split.get(launch, getattr(choice.spec, "tile", (0, 0)), stream)
         with self._lock:
             p = self._problem
             p.m = m
             p.ptr[0], p.ptr[4], p.ptr[5] = x.data_ptr(), self._bias_ptr(), out.data_ptr()
-            p.ptr[6] = partial.data_ptr() if split else None
+            p.ptr[6] = partial.data_ptr() if partial is not None else None
             p.ld[0], p.ld[2] = w.k, w.n
             p.ext[1] = ACTIVATIONS[self.activation]
             p.ext[2], p.ext[3] = ctas, choice.raster_group
-            kernel.launch(p, launch, self._device_index, stream, counters.data_ptr() if split else 0, self._call)
+            kernel.launch(p, launch, self._device_index, stream, counters, self._call)
         return out
-
-    def _tile_counters(self, stream: int, nbytes: int) -> torch.Tensor:
-        counters = self._counters.get(stream)
-        if counters is None or counters.numel() < nbytes:
-            counters = self._counters[stream] = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
-        return counters
 
     def _bias_ptr(self):
         return self.bias.data_ptr() if self.bias is not None else None
@@ -268,13 +290,8 @@ class FpAIntBPlan:
             p.m = m
             p.ld[0], p.ld[2] = self.weight.k, (self.weight.k if choice.dequantize else self.weight.n)
             p.ext[1] = ACTIVATIONS[self.activation]
-            p.ext[2], p.ext[3] = 0, choice.raster_group
-            launch = kernel.plan(p)
-            ctas = 0
-            if choice.ctas_per_sm:  # stream-K over the CTAs that fit on the GPU at once, at most ctas_per_sm per SM
-                fit = kernel.ctas_per_sm(launch, self._device_index)
-                ctas = p.ext[2] = max(1, round(self._sm_count * min(fit, choice.ctas_per_sm)))
-                launch = kernel.plan(p)
+            p.ext[3] = choice.raster_group
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
         return choice, kernel, launch, ctas
 
     def dequantize(self) -> torch.Tensor:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from cutlass_gen.catalog import catalog, fpaintb_gemm_configs
+from cutlass_gen.catalog import catalog, fpaintb_conv_configs, fpaintb_gemm_configs
 from cutlass_gen.specs import (
     ConvInt8Spec,
     Fp8BlockwiseGemmSpec,
+    FpAIntBConvSpec,
     FpAIntBDequantSpec,
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
@@ -194,24 +195,73 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
     return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)
 
 
+# FpA x IntB conv2d: the implicit GEMM of M = N*P*Q output pixels by Co channels, K = R*S*C, on the
+# same mainloop and with the same knobs. Tile by M as the GEMM's middle and large rows
+# (FPAINTB_CONV_SMALL_M: the GEMM's limit for its 32/64-row tiles, which a batch-1 late-stage
+# layer (M = 49 to 196) meets; above, the 128-row tile), stream-K when the tiles do not fill the
+# GPU three times over, raster groups of FPAINTB_RASTER_GROUP. Not tuned on convolutions yet.
+FPAINTB_CONV_SMALL_M = 64
+
+
+def fpaintb_conv_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
+    """The FpA x IntB conv kernel for an implicit GEMM of m x n (x k)."""
+    small, large = fpaintb_conv_configs(bits, arch)
+    tile, warp, stages = small if m <= FPAINTB_CONV_SMALL_M else large
+    spec = FpAIntBConvSpec(act, bits, tile, warp, stages, arch)
+    tiles_m = -(-m // tile[0])
+    tiles = tiles_m * -(-n // tile[1])
+    streamk = FPAINTB_STREAMK_CTAS_PER_SM if tiles < FPAINTB_STREAMK_CTAS_PER_SM * sm_count else 0
+    return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
+
+
 # --- Int8 conv2d (implicit GEMM with requantization) ---------------------------------------------
 #
-# A first rule from the GEMM view (M = N*P*Q output pixels, N = output channels), not measured
-# yet: benchmarks/bench_conv.py --sweep times every catalog kernel on the ResNet-50 shapes to
-# confirm or correct it.
+# M = N*P*Q output pixels, N = output channels. Measured on an H100 (benchmarks/bench_conv.py
+# --sweep, the ResNet-50 convolutions, every catalog kernel timed; us at batch 64):
 #   * alignment: the widest access the channel counts allow (16 elements, else 4, with out_channels
-#     a multiple of 4 for the epilogue); any other count (odd, or the 3 of an RGB input) runs the
-#     byte-access few-channels kernel, which also spends K on taps rather than on zero channels
-#     padding C to the tile's 64.
+#     a multiple of 4 for the epilogue). Input channels that are not a multiple of 4 (the 3 of an
+#     RGB input) are padded by the plan (conv_int8_padded_channels); out_channels not a multiple of
+#     4 leaves only the byte-access few-channels kernel.
 #   * arch: the newest the target runs (the Sm80 cp.async mainloop on sm80 and sm90).
-#   * tile: among the tiles whose padding (rows past M, channels past N) costs at most
-#     CONV_MAX_PADDING times the leanest tile's, the largest that still gives every SM a
-#     threadblock; when none does, the one with the most threadblocks.
+#   * tile: lean tiles only, those whose padding (rows past M, channels past N) costs at most
+#     CONV_MAX_PADDING times the leanest tile's. When M is large, tile N by output channels: 64 up
+#     to CONV_NARROW_MAX_CHANNELS, else 128, the largest such tile (128 rows). Co = 64, M = 200704:
+#     128x64 against 64x64 and 128x128: 20.5 / 22.2 / 39.0 (1x1), 49.9 / 54.3 / 75.9 (3x3). Co =
+#     128: 128x64 40.6 against 128x128 44.7 (3x3 stride 2, M = 50176), 39.8 against 44.2 (3x3);
+#     the one loss is the 1x1 with K = 256 at M = 200704 (59.3 against 54.9). Co >= 256 from M =
+#     12544: 128x128 the fastest or within 7% (1x1 expand 42.5 against 128x64 43.7, stride-2
+#     downsample 50.4 against 55.6, 1x1 reduce 34.0 against 40.3), and the fastest on every layer
+#     of the last stage (M = 3136, Co = 512 and 2048: 34.1 against 39.4 for 128x64, 17.3 against
+#     19.4, 33.9 against 38.5), even where its 100 threadblocks (Co = 512) leave SMs idle. The
+#     256x128 tile was never the fastest (Co = 256, M = 200704, K = 64: 83.0 against 75.4 and 77.8
+#     for 128x64 and 128x128) and left the catalog.
+#     "M is large" means that tile has at least CONV_MIN_WAVE * sm_count threadblocks: at batch 1
+#     (M = 3136 and below) it never does, and the tile with the most threadblocks (64x64) was the
+#     fastest on every layer; 128x128 for Co = 256 at M = 3136 would have 50.
 CONV_MAX_PADDING = 1.125
+CONV_NARROW_MAX_CHANNELS = 128
+CONV_MIN_WAVE = 0.5
+# Input channels that are not a multiple of 4 are zero-padded to a multiple of this (weights at
+# plan time, the input on each call) so an aligned kernel applies; the few-channels kernel it
+# replaces took 2014 us on ResNet-50's first convolution at batch 64 (Ci = 3, 7x7 stride 2;
+# cuDNN FP16: 159 us). To be measured: 4 (the alignment-4 kernel) against 16 (the 16-byte
+# kernels and their larger tiles, four times the input copy's bytes).
+CONV_PAD_CHANNELS_TO = 4
+_CONV_MIN_ALIGNMENT = 4  # the narrowest access of the aligned kernels (Sm80 cp.async: 4 bytes)
+
+
+def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
+    """The input channel count a plan runs its kernel with: in_channels rounded up to a multiple of
+    CONV_PAD_CHANNELS_TO when no aligned kernel reads it as it is. Unchanged when out_channels is not
+    a multiple of 4: the few-channels kernel runs anyway, and it reads any channel count."""
+    if in_channels % _CONV_MIN_ALIGNMENT == 0 or out_channels % _CONV_MIN_ALIGNMENT:
+        return in_channels
+    return -(-in_channels // CONV_PAD_CHANNELS_TO) * CONV_PAD_CHANNELS_TO
 
 
 def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int) -> ConvInt8Spec:
-    """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels."""
+    """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels
+    (in_channels as the kernel reads them: a plan passes its padded count)."""
     fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
     alignment = max(s.alignment for s in fitting)  # the alignment-1 kernel fits any channel count
     arch = max(s.arch for s in fitting if s.alignment == alignment)
@@ -225,7 +275,8 @@ def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int
 
     leanest = min(padding(s) for s in fitting)
     lean = [s for s in fitting if padding(s) <= CONV_MAX_PADDING * leanest]
-    full = [s for s in lean if ctas(s) >= sm_count]
-    if full:
-        return max(full, key=lambda s: s.tile[0] * s.tile[1])
+    tile_n = 64 if out_channels <= CONV_NARROW_MAX_CHANNELS else 128
+    large = [s for s in lean if s.tile[1] == tile_n and ctas(s) >= CONV_MIN_WAVE * sm_count]
+    if large:
+        return max(large, key=lambda s: s.tile[0] * s.tile[1])
     return max(lean, key=ctas)

@@ -96,10 +96,11 @@ def test_render():
 # --- kernel choice ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("m, ci, co, sm, sm_count, name", [
-    (64 * 112 * 112, 3, 64, 90, 132, FEW.name),                                      # RGB input
+    (64 * 112 * 112, 4, 64, 90, 132, SM80_A4.name),                   # RGB input, as a plan pads it
+    (64 * 112 * 112, 3, 64, 90, 132, FEW.name),                       # the same unpadded
     (64 * 56 * 56, 64, 64, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_128x64x64_w64x32x64_s4_a16"),
-    (64 * 56 * 56, 64, 256, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_256x128x64_w64x64x64_s3_a16"),
-    (64 * 7 * 7, 512, 512, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_128x64x64_w64x32x64_s4_a16"),
+    (64 * 56 * 56, 64, 256, 90, 132, SM80_A16.name),
+    (64 * 7 * 7, 512, 512, 90, 132, SM80_A16.name),                   # 100 threadblocks: measured fastest
     (56 * 56, 64, 64, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_64x64x64_w32x32x64_s4_a16"),
     (100, 12, 20, 80, 108, SM80_A4.name),
     (100, 16, 6, 80, 108, FEW.name),                                                 # Co not a multiple of 4
@@ -109,6 +110,45 @@ def test_conv_int8_choice(m, ci, co, sm, sm_count, name):
     spec = heuristics.conv_int8_choice(m, ci, co, sm, sm_count)
     assert spec.name == name
     assert spec.supports_channels(ci, co) and spec in catalog(sm, "conv2d_int8")
+
+
+# ResNet-50's convolutions after the first: (input size, Ci, Co, kernel, stride).
+RESNET50 = [
+    (56, 64, 64, 1, 1), (56, 64, 64, 3, 1), (56, 64, 256, 1, 1), (56, 256, 64, 1, 1),
+    (56, 256, 128, 1, 1), (56, 128, 128, 3, 2), (28, 128, 512, 1, 1), (56, 256, 512, 1, 2),
+    (28, 512, 128, 1, 1), (28, 128, 128, 3, 1), (28, 512, 256, 1, 1), (28, 256, 256, 3, 2),
+    (14, 256, 1024, 1, 1), (28, 512, 1024, 1, 2), (14, 1024, 256, 1, 1), (14, 256, 256, 3, 1),
+    (14, 1024, 512, 1, 1), (14, 512, 512, 3, 2), (7, 512, 2048, 1, 1), (14, 1024, 2048, 1, 2),
+    (7, 2048, 512, 1, 1), (7, 512, 512, 3, 1),
+]
+
+
+@pytest.mark.parametrize("size, ci, co, k, stride", RESNET50)
+def test_conv_int8_choice_on_resnet50(size, ci, co, k, stride):
+    """The measured rule on an H100 (132 SMs): at batch 64, 128 x 64 for at most 128 output channels
+    and 128 x 128 above; at batch 1, 64 x 64 everywhere (heuristics.py gives the times)."""
+    ho, wo = conv_quant.output_hw((size, size), (k, k), (stride, stride), (k // 2, k // 2), (1, 1))
+    batch64 = heuristics.conv_int8_choice(64 * ho * wo, ci, co, 90, 132)
+    assert (batch64.arch, batch64.alignment, batch64.tile[:2]) == (80, 16, (128, 64) if co <= 128 else (128, 128))
+    batch1 = heuristics.conv_int8_choice(ho * wo, ci, co, 90, 132)
+    assert (batch1.arch, batch1.alignment, batch1.tile[:2]) == (80, 16, (64, 64))
+
+
+def test_conv_int8_choice_never_takes_256_rows():
+    """The 256 x 128 tile left the sm80 catalog (slower than 128 x 128 or 128 x 64 on every layer)."""
+    assert all(s.tile[0] <= 128 for sm in (75, 80, 90) for s in catalog(sm, "conv2d_int8"))
+    assert heuristics.conv_int8_choice(64 * 56 * 56, 64, 256, 90, 132) == SM80_A16
+
+
+@pytest.mark.parametrize("ci, co, padded", [
+    (3, 64, heuristics.CONV_PAD_CHANNELS_TO),   # RGB input
+    (13, 8, 16), (5, 12, 8), (1, 4, 4),
+    (4, 64, 4), (12, 20, 12), (64, 64, 64),     # aligned already
+    (3, 7, 3), (13, 6, 13),                     # out_channels leave only the few-channels kernel anyway
+])
+def test_padded_channels(ci, co, padded):
+    assert heuristics.CONV_PAD_CHANNELS_TO == 4  # the expectations below assume it
+    assert heuristics.conv_int8_padded_channels(ci, co) == padded
 
 
 # --- the epilogue visitor's index math, mirrored --------------------------------------------------
@@ -274,6 +314,91 @@ def test_nchw_input_is_converted(fake_gpu):
     assert problem.ptr[0] != x.data_ptr()  # a copy
     plan(x.permute(0, 3, 1, 2), layout="nchw")  # channels_last: used as is
     assert [p for k in kernels.values() for p in k.problems][-1].ptr[0] == x.data_ptr()
+
+
+def rgb_layer(co=8, input_zero=-100, seed=1):
+    """A ResNet-style first layer: 3 input channels, 7x7."""
+    g = torch.Generator().manual_seed(seed)
+    w_q = torch.randint(-127, 128, (co, 7, 7, 3), generator=g, dtype=torch.int8)
+    quant = ConvInt8Quant(0.02, input_zero, torch.rand(co, generator=g) * 0.01 + 0.001, 0.5, -7, "relu")
+    return w_q, quant, torch.randn(co, generator=g)
+
+
+def seen_inputs(kernel):
+    """Make `kernel` keep a copy of the int8 NHWC input each launch reads (CPU memory at ptr[0])."""
+    seen, launch = [], kernel.launch
+
+    def recording_launch(problem, *args):
+        n, h, w, c = problem.ext[0], problem.ext[1], problem.ext[2], problem.ext[3]
+        data = (ctypes.c_int8 * (n * h * w * c)).from_address(problem.ptr[0])
+        seen.append(torch.frombuffer(bytearray(data), dtype=torch.int8).view(n, h, w, c))
+        launch(problem, *args)
+    kernel.launch = recording_launch
+    return seen
+
+
+def test_few_input_channels_are_padded(fake_gpu):
+    """Ci = 3 with Co a multiple of 4: the plan runs the alignment-4 kernel on 4 channels. Its weight
+    is w_q with a zero channel appended; each call's input gets a channel of Z_I (NHWC and NCHW alike);
+    the problem slots describe the padded tensors."""
+    kernels = fake_gpu()
+    w_q, quant, bias = rgb_layer(co=8, input_zero=-100)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=2, padding=3)
+    assert (plan.in_channels, plan.padded_channels) == (3, 4)
+    assert plan.weight.shape == (8, 7, 7, 4) and plan.weight.is_contiguous()
+    assert torch.equal(plan.weight[..., :3], w_q) and not plan.weight[..., 3:].any()
+    assert plan.choice(64, 224, 224) == SM80_A4
+    x = x_nhwc(2, 20, 18, 3)
+    out = plan(x)
+    assert out.shape == (2, 10, 9, 8)
+    (kernel,) = kernels.values()
+    assert kernel.spec == SM80_A4
+    (p,) = kernel.problems
+    assert (p.k, p.ext[3], p.ptr[1]) == (7 * 7 * 4, 4, plan.weight.data_ptr())
+    assert p.ptr[0] != x.data_ptr()
+    seen = seen_inputs(kernel)
+    plan(x)
+    plan(x.permute(0, 3, 1, 2).contiguous(), layout="nchw")   # the pad is the transposing copy
+    plan(x.permute(0, 3, 1, 2), layout="nchw")                # channels_last
+    padded = torch.cat([x, torch.full((2, 20, 18, 1), -100, dtype=torch.int8)], dim=3)
+    assert len(seen) == 3 and all(torch.equal(s, padded) for s in seen)
+
+
+def test_padding_leaves_fused_bias_and_border_unchanged(fake_gpu):
+    """M, FusedBias (-Z_I * sum(w_q) + ...) and the border correction from the zero-padded weights equal
+    those of w_q itself; the padded accumulator equals the unpadded one, so the padded path computes
+    exactly conv_quant.requantize on the real convolution (whatever the padded channels hold)."""
+    fake_gpu()
+    w_q, quant, bias = rgb_layer(co=12, input_zero=57)
+    conv = dict(stride=(2, 2), padding=(3, 3), dilation=(1, 1))
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, **conv)
+    assert plan.padded_channels == 4
+    multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)
+    assert torch.equal(plan.multiplier, multiplier) and torch.equal(plan.fused_bias, fused_bias)
+    border = conv_quant.border_correction(w_q, (21, 19), conv["stride"], conv["padding"], conv["dilation"], 57)
+    assert border.abs().max() > 0 and torch.equal(plan._border(21, 19), border)
+    x = x_nhwc(2, 21, 19, 3)
+    for fill in (57, -128, 127):
+        padded = torch.cat([x, torch.full((2, 21, 19, 1), fill, dtype=torch.int8)], dim=3)
+        assert torch.equal(accumulate(padded, plan.weight, **conv), accumulate(x, w_q, **conv))
+
+
+def test_padded_plan_choices(fake_gpu):
+    """An explicit choice is checked against the padded count (and says so); the few-channels kernel
+    still runs a padded plan. Output channels that are not a multiple of 4 leave the input unpadded."""
+    kernels = fake_gpu()
+    w_q, quant, bias = rgb_layer(co=8)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=3)
+    with pytest.raises(ValueError, match=r"needs in_channels a multiple of 16 .* Ci=3 \(padded to 4\), Co=8"):
+        plan(x_nhwc(1, 9, 9, 3), choice=SM80_A16)
+    plan(x_nhwc(1, 9, 9, 3), choice=FEW)
+    assert kernels[FEW].problems[0].ext[3] == 4
+    w_q, quant, bias = rgb_layer(co=6)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=3)
+    assert plan.padded_channels == 3 and plan.weight is w_q and plan.choice(1, 9, 9) == FEW
+    x = x_nhwc(1, 9, 9, 3)
+    plan(x)
+    assert kernels[FEW].problems[-1].ptr[0] == x.data_ptr()
 
 
 def test_quant_conv2d_from_float(fake_gpu):

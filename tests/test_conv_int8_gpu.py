@@ -45,8 +45,10 @@ GEOMETRIES = [
     (1, 17, 16, 48, 32, 3, 2, 3, 2),     # stride 2, padding 3, dilation 2
     (1, 5, 9, 16, 16, 3, 1, 3, 1),       # padding 3 on a 3x3: taps entirely in the border
     (2, 23, 23, 16, 64, 7, 2, 3, 1),     # 7x7, stride 2, padding 3
-    (2, 20, 18, 3, 8, 7, 2, 3, 1),       # RGB input: 3 channels (few-channels kernel)
-    (2, 10, 10, 13, 7, 3, 1, 1, 1),      # odd channel counts: alignment 1
+    (2, 20, 18, 3, 8, 7, 2, 3, 1),       # RGB input: 3 channels, padded to 4 (alignment 4)
+    (1, 30, 30, 3, 64, 7, 2, 3, 1),      # ResNet-50's first layer (3 -> 64, 7x7 stride 2) on a smaller image
+    (1, 12, 11, 5, 12, 3, 1, 1, 1),      # 5 input channels, padded to 8
+    (2, 10, 10, 13, 7, 3, 1, 1, 1),      # odd channel counts: alignment 1 (Co = 7: no padding)
     (1, 9, 9, 12, 20, 3, 1, 1, 1),       # channels a multiple of 4: alignment 4
     (4, 28, 28, 64, 128, 3, 1, 1, 1),    # several tiles in M and N
 ]
@@ -128,6 +130,24 @@ CATALOG_CASES = {
 def test_every_catalog_kernel(spec):
     """Each catalog kernel, chosen explicitly (the heuristic only picks some of them at these sizes)."""
     check_case(CATALOG_CASES[spec.alignment], 57, "relu6", seed=spec.tile[0] + spec.alignment, choice=spec)
+
+
+def test_padded_input_channels():
+    """Ci = 3 (7x7, stride 2, padding 3): the plan pads to an aligned kernel; with Z_I far from 0 the
+    padded path (default choice and, on the same padded tensors, the few-channels kernel) and the
+    NCHW input (the pad doubling as the transposing copy) all match the unpadded definition."""
+    geometry = (2, 33, 31, 3, 16, 7, 2, 3, 1)
+    plan = check_case(geometry, -100, "relu", seed=8)
+    assert plan.padded_channels % 4 == 0 and plan.padded_channels > 3
+    assert plan.choice(2, 33, 31).alignment >= 4
+    few = [s for s in _catalog_kernels() if s.alignment == 1]
+    assert few
+    check_case(geometry, -100, "relu", seed=8, choice=few[0])
+    x_q, w_q, bias, quant, conv = make_case(geometry, -100, "relu", seed=9)
+    plan = qgemm.ConvInt8Plan(w_q.cuda(), quant, bias=bias.cuda(), **conv)
+    exact, ref = expected_outputs(plan, x_q, w_q, bias, quant, conv)
+    nchw = plan(x_q.cuda().permute(0, 3, 1, 2).contiguous(), layout="nchw")
+    assert_matches([nchw.permute(0, 2, 3, 1).cpu()], exact, ref)
 
 
 def test_nchw_input_and_output():

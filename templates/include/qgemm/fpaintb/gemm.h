@@ -18,6 +18,13 @@
 // permutation makes that word exactly the lane's m16n8k16 B fragment(s). The word goes through the
 // lop3/prmt converters (exact u - zero), is scaled, and feeds the MMAs (FP32 accumulation).
 //
+// Convolution (Config::kIm2col): the same MMA is an implicit GEMM. Row m of x is output pixel
+// (image, p, q), K runs over the filter taps (r, s) and input channels c (c fastest), and each
+// 16-byte chunk of x a K tile needs is gathered from the NHWC input (zero where the tap falls in
+// the padding or past the filter's R S C rows); the weight is the filter [Co, R, S, C] as a
+// [K, N] matrix. Per-block float offsets (Config::kOffset: W = q * scale + offset with signed
+// q = u - 2^(bits - 1)) are applied with one hfma2 per weight pair.
+//
 // Work split (stream-K, see run()): each CTA takes an equal share of the (output tile, K tile)
 // iterations, so a grid sized to the GPU keeps every SM equally busy at any M. A tile shared by
 // several CTAs is finished by the last of them to arrive, which adds the others' FP32 partials in
@@ -26,6 +33,7 @@
 
 #include <cstdint>
 #include <cuda_fp16.h>
+#include <type_traits>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/arch/memory_sm75.h"  // ldsm
@@ -40,7 +48,8 @@ namespace fpaintb {
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Config: Act, Layout (PackedLayout), kArch, kTileM/N/K, kWarpM/N, kStages.
+// Config: Act, Layout (PackedLayout), kArch, kTileM/N/K, kWarpM/N, kStages, kIm2col (x is a
+// convolution's NHWC input, gathered), kOffset (float offsets added after scaling).
 template <class Config>
 struct DqGemm {
   using Act = typename Config::Act;
@@ -59,6 +68,7 @@ struct DqGemm {
   static constexpr bool kAsync = Config::kArch >= 80;
   static constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;
   static constexpr int kSymmetricZero = 1 << (kBits - 1);
+  static constexpr bool kIm2col = Config::kIm2col, kOffset = Config::kOffset;
   static_assert(kAsync || kStages == 2, "the register pipeline of arch 75 has two stages");
   static_assert(kTileK % Layout::kTileRows == 0 && kTileK % 32 == 0, "whole lines per K tile");
 
@@ -72,7 +82,8 @@ struct DqGemm {
   static constexpr int kMaxGroups = kTileK / 32;  // scale rows a K tile spans (group size >= 32)
   static constexpr int kSBytes = kMaxGroups * kTileN * 2;
   static constexpr int kZBytes = kMaxGroups * kTileN;
-  static constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
+  static constexpr int kOBytes = kOffset ? kSBytes : 0;  // offsets: one per scale
+  static constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes + kOBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kSBytes % 16 == 0 && kZBytes % 16 == 0, "16-byte regions");
 
@@ -92,6 +103,7 @@ struct DqGemm {
     uint8_t const* w;
     Act const* scale;
     uint8_t const* zero;  // null: the symmetric zero 2^(bits - 1)
+    Act const* offset;    // kOffset: [K / group_size, N], added after scaling (never null)
     Act const* bias;      // null: none
     Act* out;
     float* partial;       // [ctas, 2, accumulators of a tile] when a tile is split between CTAs
@@ -104,6 +116,9 @@ struct DqGemm {
     int activation;
     int tiles_m, tiles_n, raster_group;
     int k_tiles, iters_per_cta, ctas;
+    // kIm2col: x is NHWC [images, in_h, in_w, in_c], m = images * out_h * out_w, k_x = R S C (k is
+    // the weight's K, padded to whole layout tiles); the filter is R x filter_s.
+    int in_h, in_w, in_c, out_h, out_w, filter_s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, k_x;
   };
 
   // Where one chunk of a K tile comes from and goes to. `active` false: the slot copies nothing
@@ -122,13 +137,54 @@ struct DqGemm {
   static constexpr int kBRowStride = kThreads / kBChunksPerRow;
   static_assert(kThreads % kAChunksPerRow == 0 && kThreads % kBChunksPerRow == 0, "whole rows per pass");
 
+  // kIm2col: for each x row a thread copies, where its image starts and the top-left input pixel
+  // of its window (computed once per output tile; the K tiles only add the tap's offset).
+  struct GatherRows {
+    int image[kAPerThread], h0[kAPerThread], w0[kAPerThread];
+  };
+  struct NoRows {};
+  using ARows = typename std::conditional<kIm2col, GatherRows, NoRows>::type;
+
+  static __device__ ARows a_rows(Params const& p, int m0) {
+    ARows rows{};
+    if constexpr (kIm2col) {
+      int const row0 = threadIdx.x / kAChunksPerRow;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kAPerThread; ++i) {
+        int const m = m0 + row0 + i * kARowStride;
+        int const q = m % p.out_w, pq = m / p.out_w;
+        int const pp = pq % p.out_h, image = pq / p.out_h;
+        rows.image[i] = image * p.in_h * p.in_w * p.in_c;  // < 2^31: the host checks the input's size
+        rows.h0[i] = pp * p.stride_h - p.pad_h;
+        rows.w0[i] = q * p.stride_w - p.pad_w;
+      }
+    }
+    return rows;
+  }
+
   // Visits every chunk of K tile kt once, with a compile-time slot per region (the arch-75 copier
   // keeps each slot in its own register).
   template <class Copy>
-  static __device__ void for_each_chunk(Params const& p, int kt, int m0, int n0, Copy& copy) {
+  static __device__ void for_each_chunk(Params const& p, ARows const& a_rows, int kt, int m0, int n0, Copy& copy) {
     int const t = threadIdx.x;
     int const k0 = kt * kTileK;
-    {  // x: rows past M are not copied at all
+    if constexpr (kIm2col) {  // x gathered: one tap (r, s) and 8 channels per chunk (C % 8 == 0)
+      int const ch = t % kAChunksPerRow, row0 = t / kAChunksPerRow, gk = k0 + ch * 8;
+      int const tap = gk / p.in_c, c = gk - tap * p.in_c;
+      int const r = tap / p.filter_s, s = tap - r * p.filter_s;
+      int const dh = r * p.dil_h, dw = s * p.dil_w;
+      bool const k_in = gk < p.k_x;
+      int const rows = p.m - m0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kAPerThread; ++i) {
+        int const row = row0 + i * kARowStride;
+        int const ih = a_rows.h0[i] + dh, iw = a_rows.w0[i] + dw;
+        bool const inside = k_in && unsigned(ih) < unsigned(p.in_h) && unsigned(iw) < unsigned(p.in_w);
+        Act const* src = p.x + a_rows.image[i] + (int64_t(ih) * p.in_w + iw) * p.in_c + c;
+        copy.template op<16>(copy.a[i], Chunk{src, row * kARowBytes + ((ch ^ (row & 7)) * 16), inside,
+                                              row < kTileM && row < rows});
+      }
+    } else {  // x: rows past M are not copied at all
       int const ch = t % kAChunksPerRow, row0 = t / kAChunksPerRow, gk = k0 + ch * 8;
       bool const k_in = gk < p.k;
       int const rows = p.m - m0;
@@ -164,6 +220,10 @@ struct DqGemm {
       int const cell = row * kTileN + (c % kGroupChunks) * 8;
       copy.template op<16>(copy.s[i], Chunk{p.scale + at, kABytes + kBBytes + 2 * cell, valid, active});
       if (p.zero) copy.template op<8>(copy.z[i], Chunk{p.zero + at, kABytes + kBBytes + kSBytes + cell, valid, active});
+      if constexpr (kOffset) {
+        copy.template op<16>(copy.o[i], Chunk{p.offset + at, kABytes + kBBytes + kSBytes + kZBytes + 2 * cell, valid,
+                                              active});
+      }
     }
   }
 
@@ -171,7 +231,7 @@ struct DqGemm {
   // empty placeholders.
   struct AsyncCopy {
     struct Empty {};
-    Empty a[kAPerThread], b[kBPerThread], s[kSPerThread], z[kSPerThread];
+    Empty a[kAPerThread], b[kBPerThread], s[kSPerThread], z[kSPerThread], o[kSPerThread];
     char* stage;
     template <int Bytes>
     __device__ void op(Empty&, Chunk const& c) {
@@ -186,7 +246,7 @@ struct DqGemm {
 
   // Arch 75: loads into registers, then (a second pass over the same chunks) stores to the stage.
   struct Staging {
-    uint4 a[kAPerThread], b[kBPerThread], s[kSPerThread];
+    uint4 a[kAPerThread], b[kBPerThread], s[kSPerThread], o[kSPerThread];
     uint2 z[kSPerThread];
   };
   struct LoadToRegisters : Staging {
@@ -204,6 +264,7 @@ struct DqGemm {
     decltype(Staging::b)& b = regs.b;
     decltype(Staging::s)& s = regs.s;
     decltype(Staging::z)& z = regs.z;
+    decltype(Staging::o)& o = regs.o;
     template <int Bytes, class V>
     __device__ void op(V& slot, Chunk const& c) {
       if (c.active) *reinterpret_cast<V*>(stage + c.dst) = slot;
@@ -226,7 +287,9 @@ struct DqGemm {
     char const* b_smem = stage + kABytes;
     Act const* s_smem = reinterpret_cast<Act const*>(stage + kABytes + kBBytes);
     uint8_t const* z_smem = reinterpret_cast<uint8_t const*>(stage + kABytes + kBBytes + kSBytes);
-    constexpr bool kScaleAfter = kMTiles == 1;
+    Act const* o_smem = reinterpret_cast<Act const*>(stage + kABytes + kBBytes + kSBytes + kZBytes);
+    // (An offset is not a factor of the group's sum: offset weights are always formed one by one.)
+    constexpr bool kScaleAfter = kMTiles == 1 && !kOffset;
     // Steps of 32 rows per group: a tile in one group has them all (group_shift is then at least
     // log2 of the tile K, so the shifts below give row 0 throughout).
     int const group_steps = p.scale_rows == 1 ? kTileK / 32 : p.group_size / 32;
@@ -274,8 +337,15 @@ struct DqGemm {
         if constexpr (!kScaleAfter) {
           Act const s = s_smem[srow * kTileN + n];
           Pair const scale = {s, s};
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 4; ++i) b[i] = __hmul2(b[i], scale);
+          if constexpr (kOffset) {
+            Act const o = o_smem[srow * kTileN + n];
+            Pair const offset = {o, o};
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 4; ++i) b[i] = __hfma2(b[i], scale, offset);
+          } else {
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 4; ++i) b[i] = __hmul2(b[i], scale);
+          }
         }
         CUTLASS_PRAGMA_UNROLL
         for (int step = 0; step < 2; ++step) {
@@ -313,13 +383,14 @@ struct DqGemm {
   static __device__ void mainloop(Params const& p, char* smem, int m0, int n0, int kt_begin, int kt_end, int warp_m,
                                   int warp_n, float (&acc)[kMTiles][kNTiles][4]) {
     int const tiles = kt_end - kt_begin;
+    ARows const rows = a_rows(p, m0);
     if constexpr (kAsync) {
       AsyncCopy copy;
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kStages - 1; ++s) {
         if (s < tiles) {
           copy.stage = smem + s * kStageBytes;
-          for_each_chunk(p, kt_begin + s, m0, n0, copy);
+          for_each_chunk(p, rows, kt_begin + s, m0, n0, copy);
         }
         cutlass::arch::cp_async_fence();
       }
@@ -329,7 +400,7 @@ struct DqGemm {
         int const next = i + kStages - 1;
         if (next < tiles) {
           copy.stage = smem + (next % kStages) * kStageBytes;
-          for_each_chunk(p, kt_begin + next, m0, n0, copy);
+          for_each_chunk(p, rows, kt_begin + next, m0, n0, copy);
         }
         cutlass::arch::cp_async_fence();
         compute(p, smem + (i % kStages) * kStageBytes, warp_m, warp_n, acc);
@@ -337,17 +408,17 @@ struct DqGemm {
       cutlass::arch::cp_async_wait<0>();
     } else {
       LoadToRegisters regs;
-      for_each_chunk(p, kt_begin, m0, n0, regs);
+      for_each_chunk(p, rows, kt_begin, m0, n0, regs);
       StoreToShared store{regs, smem};
-      for_each_chunk(p, kt_begin, m0, n0, store);
+      for_each_chunk(p, rows, kt_begin, m0, n0, store);
       __syncthreads();
       for (int i = 0; i < tiles; ++i) {
         bool const more = i + 1 < tiles;
-        if (more) for_each_chunk(p, kt_begin + i + 1, m0, n0, regs);  // in flight during compute
+        if (more) for_each_chunk(p, rows, kt_begin + i + 1, m0, n0, regs);  // in flight during compute
         compute(p, smem + (i % 2) * kStageBytes, warp_m, warp_n, acc);
         if (more) {
           store.stage = smem + ((i + 1) % 2) * kStageBytes;
-          for_each_chunk(p, kt_begin + i + 1, m0, n0, store);
+          for_each_chunk(p, rows, kt_begin + i + 1, m0, n0, store);
         }
         __syncthreads();
       }
@@ -460,15 +531,36 @@ struct DqGemm {
   // ---- host side -------------------------------------------------------------------------------
   // Problem checks shared by plan and make_params (Python checks the same things first, with
   // messages; this is the kernel's own guard).
-  static bool valid(int64_t m, int64_t n, int64_t k, int64_t group_size, int64_t ldx, int64_t ldw, int64_t ldo,
-                    int64_t activation, int64_t ctas, int64_t raster_group) {
-    bool const shape = m > 0 && n > 0 && k > 0 && n % 8 == 0 && k % Layout::kTileRows == 0 && m <= INT32_MAX &&
-                       n <= INT32_MAX && k <= INT32_MAX;
+  // The weight [K, N] (packed, ldw bytes per column group) and its groups, for either operand A.
+  static bool valid_weight(int64_t n, int64_t k, int64_t group_size, int64_t ldw) {
+    bool const shape = n > 0 && k > 0 && n % 8 == 0 && k % Layout::kTileRows == 0 && n <= INT32_MAX && k <= INT32_MAX;
     bool const groups = group_size >= 32 && group_size % 32 == 0 && k % group_size == 0 &&
                         (group_size >= kTileK ? (group_size % kTileK == 0 || group_size == k)
                                               : kTileK % group_size == 0);
-    bool const strides = ldx >= k && ldx % 8 == 0 && ldw == k * kInterleave * kBits / 8 && ldo >= n && ldo % 2 == 0;
-    return shape && groups && strides && activation >= 0 && activation <= 3 && ctas >= 0 && raster_group >= 1;
+    return shape && groups && ldw == k * kInterleave * kBits / 8;
+  }
+
+  static bool valid(int64_t m, int64_t n, int64_t k, int64_t group_size, int64_t ldx, int64_t ldw, int64_t ldo,
+                    int64_t activation, int64_t ctas, int64_t raster_group) {
+    bool const strides = ldx >= k && ldx % 8 == 0 && ldo >= n && ldo % 2 == 0;
+    return !kIm2col && m > 0 && m <= INT32_MAX && valid_weight(n, k, group_size, ldw) && strides &&
+           activation >= 0 && activation <= kGelu && ctas >= 0 && raster_group >= 1;
+  }
+
+  // The convolution (kIm2col): x NHWC [images, in_h, in_w, in_c] under an R x S filter, output
+  // [images, out_h, out_w, n] (m = images out_h out_w rows, ldo = n), the weight's K the filter's
+  // R S C rows padded to whole layout tiles.
+  static bool valid_conv(Params const& c, int64_t images, int64_t r, int64_t n, int64_t k, int64_t group_size,
+                         int64_t ldw, int64_t activation, int64_t ctas, int64_t raster_group) {
+    int64_t const rsc = r * c.filter_s * c.in_c;
+    bool const input = images > 0 && c.in_h > 0 && c.in_w > 0 && c.in_c > 0 && c.in_c % 8 == 0 &&
+                       images * c.in_h * c.in_w * c.in_c <= INT32_MAX;
+    bool const filter = r > 0 && c.filter_s > 0 && c.pad_h >= 0 && c.pad_w >= 0 && c.stride_h > 0 && c.stride_w > 0 &&
+                        c.dil_h > 0 && c.dil_w > 0 && rsc == c.k_x && k >= rsc &&
+                        k < rsc + Layout::kTileRows;
+    bool const output = c.out_h > 0 && c.out_w > 0 && images * c.out_h * c.out_w <= INT32_MAX;
+    return kIm2col && input && filter && output && valid_weight(n, k, group_size, ldw) && activation >= 0 &&
+           activation <= kRelu6 && ctas >= 0 && raster_group >= 1;
   }
 
   // Fills the work split of params from the problem and the CTAs asked for (0: one per output

@@ -57,11 +57,12 @@ struct Mma<__nv_bfloat16, 80> {
 #endif
 
 // Epilogue activations (runtime choice: they only touch the output once).
-enum Activation : int { kIdentity = 0, kRelu = 1, kSilu = 2, kGelu = 3 };
+enum Activation : int { kIdentity = 0, kRelu = 1, kSilu = 2, kGelu = 3, kRelu6 = 4 };
 
 __device__ __forceinline__ float activate(float v, int activation) {
   switch (activation) {
     case kRelu: return fmaxf(v, 0.f);
+    case kRelu6: return fminf(fmaxf(v, 0.f), 6.f);
     case kSilu: return v / (1.f + __expf(-v));
     case kGelu: return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));  // exact (erf) GELU, as torch's default
     default: return v;

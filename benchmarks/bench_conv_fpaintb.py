@@ -10,7 +10,9 @@ time). Columns (microseconds per call, GPU time under CUDA-graph replay):
   int8     the same with an INT8 filter, one scale and offset per output channel
   cudnn    torch.nn.functional.conv2d, FP16, channels_last input and weight, bias, then ReLU
   floor4   INT4 filter + scales and offsets + FP16 input and output bytes over the copy bandwidth
-Ratios cudnn / int4 and cudnn / int8 (> 1: qgemm faster); per batch the geometric means.
+Ratios cudnn / int4 and cudnn / int8 (> 1: qgemm faster); per batch the geometric means. With
+--sweep every catalog kernel of the width is timed too, one CTA per tile and stream-K at 3 CTAs per
+SM, and the fastest is printed: the data heuristics.fpaintb_conv_choice is to be set from.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import torch.nn.functional as F
 
 import qgemm
 from bench_conv import RESNET50
+from cutlass_gen.catalog import catalog
+from qgemm import heuristics
 from timing import bench_graph, copy_bandwidth
 
 BATCHES = [1, 64]
@@ -36,7 +40,12 @@ def timed(fn) -> float:
         return math.nan
 
 
-def run(shapes, batches) -> dict:
+def label(choice) -> str:
+    tm, tn, _ = choice.spec.tile
+    return f"{tm}x{tn}" + (f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else "")
+
+
+def run(shapes, batches, sweep: bool = False) -> dict:
     torch.backends.cudnn.benchmark = True
     bw = copy_bandwidth()
     rows = []
@@ -53,9 +62,17 @@ def run(shapes, batches) -> dict:
             row = {"name": name, "n": n, "h": size, "ci": ci, "co": co, "k": k, "stride": stride, "count": count}
             for bits, plan in plans.items():
                 row[f"int{bits}_us"] = timed(lambda: plan(x))
-                choice = plan.choice(n, size, size)
-                row[f"int{bits}_kernel"] = f"{choice.spec.tile[0]}x{choice.spec.tile[1]}" + (
-                    f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else "")
+                row[f"int{bits}_kernel"] = label(plan.choice(n, size, size))
+                if sweep:
+                    times = {}
+                    for spec in catalog(90, "fpaintb_conv"):
+                        if (spec.act, spec.bits) != ("f16", bits):
+                            continue
+                        for ctas in (0, heuristics.FPAINTB_STREAMK_CTAS_PER_SM):
+                            choice = heuristics.FpAIntBChoice(spec, ctas)
+                            times[label(choice)] = timed(lambda: plan(x, choice=choice))
+                    best = min(times, key=times.get)
+                    row[f"int{bits}_sweep"], row[f"int{bits}_best"] = times, (best, times[best])
             row["cudnn_us"] = timed(lambda: F.relu(F.conv2d(x_cl, w16, bias, stride, padding)))
             ho = (size + 2 * padding - k) // stride + 1
             weight_bytes = co * ci * k * k // 2 + 2 * 2 * co * (ci // 32)
@@ -84,7 +101,9 @@ def _fmt(r: dict) -> str:
     return (f"{r['name']:<13} {r['n']:>3} {r['h']:>4} {r['ci']:>5} {r['co']:>5} {r['k']:>2} {r['stride']:>2} | "
             f"{r['int4_us']:>8.1f} {r['int8_us']:>8.1f} {r['cudnn_us']:>8.1f} {r['floor4_us']:>7.1f} | "
             f"{r['cudnn_us'] / r['int4_us']:>5.2f}x {r['cudnn_us'] / r['int8_us']:>5.2f}x | "
-            f"{r['int4_kernel']}, {r['int8_kernel']}")
+            f"{r['int4_kernel']}, {r['int8_kernel']}" + (
+                f" | best {r['int4_best'][0]} {r['int4_best'][1]:.1f}, {r['int8_best'][0]} {r['int8_best'][1]:.1f}"
+                if "int4_best" in r else ""))
 
 
 def main():
@@ -92,11 +111,12 @@ def main():
     ap.add_argument("--json", default="bench_conv_fpaintb.json")
     ap.add_argument("--batch", action="append", type=int, help="only these batch sizes (default 1 and 64)")
     ap.add_argument("--quick", action="store_true", help="first three shapes only")
+    ap.add_argument("--sweep", action="store_true", help="time every catalog kernel too")
     args = ap.parse_args()
     shapes = [s for s in RESNET50 if s[2] % 8 == 0]
     shapes = shapes[:3] if args.quick else shapes
     print(HEADER)
-    result = run(shapes, args.batch or BATCHES)
+    result = run(shapes, args.batch or BATCHES, args.sweep)
     for n, s in result["summary"].items():
         print(f"batch {n:>3}: int4 vs cuDNN FP16 {s['int4_vs_cudnn']:.2f}x, int8 {s['int8_vs_cudnn']:.2f}x (geomeans)")
     with open(args.json, "w") as f:

@@ -148,9 +148,10 @@ FPAINTB_STREAMK_CTAS_PER_SM = 3
 # M tiles numbered together (ext[3]): a wave of CTAs covers this many rows of tiles, so it reads
 # each column tile of W once per group instead of once per row of tiles.
 FPAINTB_RASTER_GROUP = 8
-# From this many rows on, dequantizing once and running cuBLAS beats the tiled GEMM (measured at
-# M = 256, where the GEMM wins, and 4096, where it loses 3x; the crossover between them follows from
-# the GEMM's time growing with M while dequantization is a fixed cost: about 2x M = 256 at 512).
+# From this many rows on, dequantizing once and running cuBLAS beats the tiled GEMM: at M = 256 the
+# GEMM wins (above), at M = 512 dequantize + cuBLAS takes 153, 951 and 693 us against the best
+# GEMM of the sweep's 240, 1300 and 994 ((K, N) = (4096, 12288), (14336, 21504), (28672, 8192)),
+# and at 4096 the GEMM loses 3x.
 FPAINTB_DEQUANT_MIN_M = 512
 
 
@@ -244,8 +245,9 @@ CONV_MIN_WAVE = 0.5
 # Input channels that are not a multiple of 4 are zero-padded to a multiple of this (weights at
 # plan time, the input on each call) so an aligned kernel applies; the few-channels kernel it
 # replaces took 2014 us on ResNet-50's first convolution at batch 64 (Ci = 3, 7x7 stride 2;
-# cuDNN FP16: 159 us). To be measured: 4 (the alignment-4 kernel) against 16 (the 16-byte
-# kernels and their larger tiles, four times the input copy's bytes).
+# cuDNN FP16: 159 us); padded to 4, the alignment-4 64 x 64 kernel takes 1226 us (each of the 49
+# taps is a whole 64-deep K step for 4 channels). Still to be measured: 16 (the 16-byte kernels
+# and their larger tiles, the same waste per tap, four times the input copy's bytes).
 CONV_PAD_CHANNELS_TO = 4
 _CONV_MIN_ALIGNMENT = 4  # the narrowest access of the aligned kernels (Sm80 cp.async: 4 bytes)
 

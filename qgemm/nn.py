@@ -6,6 +6,7 @@ from torch import nn
 
 from . import _checks, conv_quant
 from .conv import ConvInt8Plan
+from .conv_fpaintb import ACTIVATIONS as CONV_ACTIVATIONS, FpAIntBConvPlan, IntConvWeight
 from .conv_quant import ConvInt8Quant
 from .fp8 import Fp8GemmPlan, Fp8Weight
 from .fpaintb import ACT_DTYPES, FpAIntBPlan, IntBWeight
@@ -130,6 +131,22 @@ class QuantLinear(nn.Module):
                 f"int{self.bits}, group_size={self.group_size}")
 
 
+def _check_conv(conv):
+    """What the quantized convolutions take from an nn.Conv2d: groups 1, zero padding given as sizes,
+    weights on the GPU."""
+    if not isinstance(conv, nn.Conv2d):
+        raise TypeError(f"conv must be a torch.nn.Conv2d, got {type(conv).__name__}")
+    if conv.groups != 1:
+        raise ValueError(f"conv.groups must be 1 (grouped and depthwise convolutions are not supported), "
+                         f"got {conv.groups}")
+    if conv.padding_mode != "zeros":
+        raise ValueError(f"conv.padding_mode must be 'zeros', got {conv.padding_mode!r}")
+    if isinstance(conv.padding, str):
+        raise ValueError(f"conv.padding must be sizes, got {conv.padding!r}: build the nn.Conv2d with "
+                         f"explicit padding")
+    _checks.cuda_device("conv.weight", conv.weight)
+
+
 class QuantConv2d(nn.Module):
     """A requantized int8 conv2d (qgemm.ConvInt8Plan) in place of an nn.Conv2d: int8 in, int8 out.
 
@@ -160,17 +177,7 @@ class QuantConv2d(nn.Module):
         """Quantize conv's weight per output channel (symmetric int8, conv_quant.quantize_weight); the
         input and output scales and zero points come from calibration; `activation` (none, relu,
         relu6) is applied to the output before requantization."""
-        if not isinstance(conv, nn.Conv2d):
-            raise TypeError(f"conv must be a torch.nn.Conv2d, got {type(conv).__name__}")
-        if conv.groups != 1:
-            raise ValueError(f"conv.groups must be 1 (grouped and depthwise convolutions are not supported), "
-                             f"got {conv.groups}")
-        if conv.padding_mode != "zeros":
-            raise ValueError(f"conv.padding_mode must be 'zeros', got {conv.padding_mode!r}")
-        if isinstance(conv.padding, str):
-            raise ValueError(f"conv.padding must be sizes, got {conv.padding!r}: build the nn.Conv2d with "
-                             f"explicit padding")
-        _checks.cuda_device("conv.weight", conv.weight)
+        _check_conv(conv)
         w_q, weight_scale = conv_quant.quantize_weight(conv.weight)
         quant = ConvInt8Quant(input_scale, input_zero, weight_scale, output_scale, output_zero, activation)
         bias = None if conv.bias is None else conv.bias.detach()
@@ -190,3 +197,47 @@ class QuantConv2d(nn.Module):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={p.kernel_size}, stride={p.stride}, "
                 f"padding={p.padding}, dilation={p.dilation}, bias={self.bias is not None}, "
                 f"activation={self.quant.activation}")
+
+
+class IntWeightConv2d(nn.Module):
+    """A conv2d with an INT4/INT8 filter (qgemm.FpAIntBConvPlan) in place of an nn.Conv2d: float in,
+    float out. forward(x, layout="nchw") takes x [N, C, H, W] as nn.Conv2d does (free for a
+    channels_last tensor, one transposing copy otherwise) and returns [N, Co, Ho, Wo] as a
+    channels_last view; layout="nhwc" takes and returns NHWC. float16 runs as is (bfloat16 with
+    act_dtype=torch.bfloat16), float32 is converted for the kernel and back.
+
+    Build it on the GPU it will run on: IntWeightConv2d.from_float(conv.cuda(), bits=4, block_size=32).
+    """
+
+    def __init__(self, weight: IntConvWeight, bias: torch.Tensor | None = None, stride=1, padding=0, dilation=1,
+                 activation: str = "none", act_dtype: torch.dtype = torch.float16):
+        super().__init__()
+        self.plan = FpAIntBConvPlan(weight, act_dtype=act_dtype, bias=bias, activation=activation, stride=stride,
+                                    padding=padding, dilation=dilation)
+        self.in_channels, self.out_channels = weight.in_channels, weight.out_channels
+        self.bits, self.block_size = weight.bits, weight.block_size
+        self.register_buffer("weight", weight.q)
+        self.register_buffer("weight_scale", weight.scale)
+        self.register_buffer("weight_offset", weight.offset)
+        self.register_buffer("bias", self.plan.bias)
+
+    @classmethod
+    def from_float(cls, conv: nn.Conv2d, bits: int = 4, block_size: int = 32, symmetric: bool = False,
+                   activation: str = "none", act_dtype: torch.dtype = torch.float16) -> "IntWeightConv2d":
+        """Round-to-nearest quantization of conv's weight (IntConvWeight.from_float: blocks of
+        block_size input channels, -1 for one per output channel); `activation` (one of
+        FpAIntBConvPlan's: none, relu, relu6, silu, gelu) is fused after the bias."""
+        _check_conv(conv)
+        _checks.one_of("activation", activation, tuple(CONV_ACTIVATIONS))
+        weight = IntConvWeight.from_float(conv.weight, bits, block_size, symmetric)
+        bias = None if conv.bias is None else conv.bias.detach()
+        return cls(weight, bias, conv.stride, conv.padding, conv.dilation, activation, act_dtype)
+
+    def forward(self, x: torch.Tensor, layout: str = "nchw") -> torch.Tensor:
+        return self.plan(x, layout=layout)
+
+    def extra_repr(self) -> str:
+        p = self.plan
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={p.kernel_size}, stride={p.stride}, "
+                f"padding={p.padding}, dilation={p.dilation}, bias={self.bias is not None}, int{self.bits}, "
+                f"block_size={self.block_size}, activation={p.activation}")

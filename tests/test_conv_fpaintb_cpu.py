@@ -272,3 +272,27 @@ def test_bf16_on_sm75_is_refused(fake_gpu):
     w = qgemm.IntConvWeight.from_float(torch.randn(8, 32, 3, 3), 4, 32)
     with pytest.raises(ValueError, match="act_dtype bfloat16 needs sm80"):
         qgemm.FpAIntBConvPlan(w, act_dtype=torch.bfloat16)
+
+
+def test_module_from_float(fake_gpu):
+    fake_gpu()
+    conv = torch.nn.Conv2d(32, 16, 3, stride=2, padding=1)
+    layer = qgemm.nn.IntWeightConv2d.from_float(conv, bits=8, block_size=-1, activation="relu6")
+    assert (layer.in_channels, layer.out_channels, layer.bits) == (32, 16, 8)
+    assert layer.weight.shape == (16, 3, 3, 32) and layer.bias.dtype == torch.float16
+    assert layer.plan.stride == (2, 2) and layer.plan.padding == (1, 1) and layer.plan.activation == "relu6"
+    assert "int8, block_size=-1, activation=relu6" in repr(layer)
+
+
+@pytest.mark.parametrize("make, kwargs, exc, fragment", [
+    (lambda: torch.nn.Linear(4, 4), {}, TypeError, "conv must be a torch.nn.Conv2d, got Linear"),
+    (lambda: torch.nn.Conv2d(32, 16, 3, groups=2), {}, ValueError, "conv.groups must be 1"),
+    (lambda: torch.nn.Conv2d(32, 16, 3, padding="same"), {}, ValueError, "conv.padding must be sizes"),
+    (lambda: torch.nn.Conv2d(32, 16, 3), {"activation": "tanh"}, ValueError, "activation must be one of"),
+    (lambda: torch.nn.Conv2d(30, 16, 3), {"block_size": -1}, ValueError, "C (q.shape[3]) must be a multiple of 8"),
+])
+def test_module_rejects(fake_gpu, make, kwargs, exc, fragment):
+    fake_gpu()
+    with pytest.raises(exc) as e:
+        qgemm.nn.IntWeightConv2d.from_float(make(), **kwargs)
+    assert fragment in str(e.value)

@@ -165,3 +165,13 @@ def test_stream_k_is_deterministic():
     assert rel_err(first, reference(x, plan)) < BOUND[torch.float16]
     for _ in range(10):
         assert torch.equal(run(plan, x, choice), first)
+
+
+def test_module_in_place_of_nn_conv2d():
+    """qgemm.nn.IntWeightConv2d from an nn.Conv2d, NCHW float32 in and out as the layer it replaces."""
+    conv = torch.nn.Conv2d(64, 32, 3, stride=1, padding=2, dilation=2).cuda()
+    layer = qgemm.nn.IntWeightConv2d.from_float(conv, bits=4, block_size=32, activation="relu")
+    x = randn(2, 64, 12, 10, dtype=torch.float32, seed=12)
+    y = layer(x)
+    assert y.shape == (2, 32, 12, 10) and y.dtype == torch.float32
+    assert rel_err(y.permute(0, 2, 3, 1), reference(x.permute(0, 2, 3, 1), layer.plan)) < BOUND[torch.float16]

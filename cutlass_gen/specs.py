@@ -59,6 +59,31 @@ def _shape(value, what: str) -> tuple[int, int, int]:
     return shape
 
 
+def _check_int8_tensorop(spec):
+    """What the CUTLASS 2.x int8 TensorOp kernels (W8A8 GEMM, int8 conv) need of spec.tile, .warp,
+    .instruction, .arch and .stages."""
+    tile, warp = spec.tile, spec.warp
+    if any(t % w for t, w in zip(tile, warp)) or warp[2] != tile[2]:
+        raise ValueError(f"warp {warp} must divide tile {tile} in M and N and equal it in K")
+    if any(w % i for w, i in zip(warp, spec.instruction)):
+        raise ValueError(f"instruction {spec.instruction} must divide warp {warp} on sm{spec.arch}")
+    warps = (tile[0] // warp[0]) * (tile[1] // warp[1])
+    if warps not in (1, 2, 4, 8):
+        raise ValueError(f"tile {tile} / warp {warp} gives {warps} warps; 1, 2, 4 or 8 are allowed")
+    # CUTLASS's global->shared thread maps give every thread whole 16-byte vectors of the A and B
+    # tiles (narrower accesses split a vector, they do not change the map); a tile too small for
+    # the warps fails to compile.
+    loads = 32 * warps * 16
+    if (tile[0] * tile[2]) % loads or (tile[1] * tile[2]) % loads:
+        raise ValueError(
+            f"tile {tile} with {warps} warps: the A and B tiles ({tile[0]}x{tile[2]} and {tile[1]}x{tile[2]} int8) "
+            f"must split into 16-byte vectors: one or more 16-byte loads per thread"
+        )
+    allowed_stages = (2,) if spec.arch == 75 else (3, 4, 5)
+    if spec.stages not in allowed_stages:
+        raise ValueError(f"stages must be one of {allowed_stages} on sm{spec.arch}, got {spec.stages}")
+
+
 @dataclass(frozen=True)
 class W8A8GemmSpec(KernelSpec):
     """int8 x int8 -> int32 TensorOp GEMM, one K-block per threadblock, dequant epilogue.
@@ -90,24 +115,7 @@ class W8A8GemmSpec(KernelSpec):
             raise ValueError(f"output must be one of {self.OUTPUTS}, got {self.output!r}")
         if self.tile[2] not in self.TILE_K[self.arch]:
             raise ValueError(f"tile K must be one of {self.TILE_K[self.arch]} on sm{self.arch}, got {self.tile[2]}")
-        if any(t % w for t, w in zip(self.tile, self.warp)) or self.warp[2] != self.tile[2]:
-            raise ValueError(f"warp {self.warp} must divide tile {self.tile} in M and N and equal it in K")
-        if any(w % i for w, i in zip(self.warp, self.instruction)):
-            raise ValueError(f"instruction {self.instruction} must divide warp {self.warp} on sm{self.arch}")
-        warps = (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
-        if warps not in (1, 2, 4, 8):
-            raise ValueError(f"tile {self.tile} / warp {self.warp} gives {warps} warps; 1, 2, 4 or 8 are allowed")
-        # CUTLASS's global->shared thread maps give every thread whole 16-byte
-        # accesses of the A and B tiles; a tile too small for the warps fails to compile.
-        loads = 32 * warps * 16
-        if (self.tile[0] * self.tile[2]) % loads or (self.tile[1] * self.tile[2]) % loads:
-            raise ValueError(
-                f"tile {self.tile} with {warps} warps: the A and B tiles ({self.tile[0]}x{self.tile[2]} and "
-                f"{self.tile[1]}x{self.tile[2]} int8) must split into 16-byte loads, one or more per thread"
-            )
-        allowed_stages = (2,) if self.arch == 75 else (3, 4, 5)
-        if self.stages not in allowed_stages:
-            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        _check_int8_tensorop(self)
         if self.swizzle not in (1, 2, 4, 8):
             raise ValueError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle}")
 
@@ -518,24 +526,7 @@ class ConvInt8Spec(KernelSpec):
         object.__setattr__(self, "warp", _shape(self.warp, "warp"))
         if self.tile[2] != self.TILE_K:
             raise ValueError(f"tile K must be {self.TILE_K} (64 int8 per shared-memory row), got {self.tile[2]}")
-        if any(t % w for t, w in zip(self.tile, self.warp)) or self.warp[2] != self.tile[2]:
-            raise ValueError(f"warp {self.warp} must divide tile {self.tile} in M and N and equal it in K")
-        if any(w % i for w, i in zip(self.warp, self.instruction)):
-            raise ValueError(f"instruction {self.instruction} must divide warp {self.warp} on sm{self.arch}")
-        warps = (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
-        if warps not in (1, 2, 4, 8):
-            raise ValueError(f"tile {self.tile} / warp {self.warp} gives {warps} warps; 1, 2, 4 or 8 are allowed")
-        # CUTLASS's global->shared thread maps give every thread whole 16-byte vectors of the
-        # A and B tiles (narrower accesses split a vector, they do not change the map).
-        loads = 32 * warps * 16
-        if (self.tile[0] * self.tile[2]) % loads or (self.tile[1] * self.tile[2]) % loads:
-            raise ValueError(
-                f"tile {self.tile} with {warps} warps: the A and B tiles ({self.tile[0]}x{self.tile[2]} and "
-                f"{self.tile[1]}x{self.tile[2]} int8) must split into 16-byte vectors, one or more per thread"
-            )
-        allowed_stages = (2,) if self.arch == 75 else (3, 4, 5)
-        if self.stages not in allowed_stages:
-            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        _check_int8_tensorop(self)
         if self.alignment not in self.ALIGNMENTS:
             raise ValueError(f"alignment must be one of {self.ALIGNMENTS}, got {self.alignment!r}")
         if self.arch == 80 and self.alignment < 4:

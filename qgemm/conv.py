@@ -66,6 +66,14 @@ def _pair(name: str, value, minimum: int) -> tuple[int, int]:
     return tuple(pair)
 
 
+def nhwc_extent(x: torch.Tensor, in_channels: int) -> tuple[int, int, int]:
+    """(N, H, W) of a non-empty NHWC input with in_channels channels."""
+    n, h, w, c = x.shape
+    if c != in_channels or min(n, h, w) < 1:
+        raise ValueError(f"x must have shape (N >= 1, H >= 1, W >= 1, {in_channels}) (NHWC), got {tuple(x.shape)}")
+    return n, h, w
+
+
 def _pack(pair: tuple[int, int]) -> int:
     """A (height, width) pair in one QgemmProblem.ext slot, as the template unpacks it."""
     return (pair[0] << 32) | pair[1]
@@ -180,10 +188,7 @@ class ConvInt8Plan:
     def _call_nhwc(self, x, out, choice) -> torch.Tensor:
         """x int8 [N, H, W, Ci] on the plan's device; contiguous, or any strides when the channels are
         padded (the pad's copy reads them)."""
-        n, h, w, c = x.shape
-        if c != self.in_channels or min(n, h, w) < 1:
-            raise ValueError(f"x must have shape (N >= 1, H >= 1, W >= 1, {self.in_channels}) (NHWC), "
-                             f"got {tuple(x.shape)}")
+        n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
             call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
         else:

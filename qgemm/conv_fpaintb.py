@@ -35,11 +35,11 @@ import torch
 
 from cutlass_gen.fpaintb_layout import layout as weight_layout
 
-from . import _checks, fpaintb_pack, heuristics
+from . import _checks, conv_quant, fpaintb_pack, heuristics
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
-from .conv import LAYOUTS, MAX_ELEMENTS, _pack, _pair
-from .fpaintb import ACT_DTYPES, StreamKBuffers, plan_launch
+from .conv import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent
+from .fpaintb import ACT_DTYPES, StreamKBuffers, check_act_dtype, plan_launch
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes
@@ -184,14 +184,9 @@ class FpAIntBConvPlan:
                  bias: torch.Tensor | None = None, activation: str = "none", stride=1, padding=0, dilation=1):
         if not isinstance(weight, IntConvWeight):
             raise TypeError(f"weight must be a qgemm.IntConvWeight, got {type(weight).__name__}")
-        if act_dtype not in ACT_DTYPES:
-            raise TypeError(f"act_dtype must be one of {tuple(ACT_DTYPES)}, got {act_dtype}")
         _checks.cuda_device("weight.q", weight.q)
         device = weight.device
-        self.target_sm = _checks.target_sm(device, 75, _WHAT)
-        if act_dtype == torch.bfloat16 and self.target_sm < 80:
-            raise ValueError(f"act_dtype bfloat16 needs sm80 or later (Turing has no BF16 tensor cores); "
-                             f"device {device} is sm75: use float16")
+        self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
             _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16, torch.float64), ndim=1)
@@ -233,11 +228,7 @@ class FpAIntBConvPlan:
 
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
         """PyTorch's output extent (< 1 when the dilated filter does not fit the padded input)."""
-        out = []
-        for size, k, st, pad, dil in zip((h, w), self.kernel_size, self.stride, self.padding, self.dilation):
-            span = size + 2 * pad - dil * (k - 1) - 1
-            out.append(span // st + 1 if span >= 0 else 0)
-        return tuple(out)
+        return conv_quant.output_hw((h, w), self.kernel_size, self.stride, self.padding, self.dilation)
 
     def choice(self, n: int, h: int, w: int) -> heuristics.FpAIntBChoice:
         """The kernel this plan runs for an input of N x H x W pixels."""
@@ -260,10 +251,7 @@ class FpAIntBConvPlan:
             x = x.permute(0, 2, 3, 1)
         else:
             _checks.contiguous("x", x)
-        n, h, w, c = x.shape
-        if c != self.in_channels or min(n, h, w) < 1:
-            raise ValueError(f"x must have shape (N >= 1, H >= 1, W >= 1, {self.in_channels}) (NHWC), "
-                             f"got {tuple(x.shape)}")
+        n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
             call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
         else:

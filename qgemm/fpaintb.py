@@ -74,6 +74,18 @@ def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: in
     return launch, ctas
 
 
+def check_act_dtype(act_dtype: torch.dtype, device: torch.device, what: str) -> int:
+    """The FpA x IntB kernels' activation type on `device`: float16, or bfloat16 from sm80 on.
+    Returns the device's target SM."""
+    if act_dtype not in ACT_DTYPES:
+        raise TypeError(f"act_dtype must be one of {tuple(ACT_DTYPES)}, got {act_dtype}")
+    target_sm = _checks.target_sm(device, 75, what)
+    if act_dtype == torch.bfloat16 and target_sm < 80:
+        raise ValueError(f"act_dtype bfloat16 needs sm80 or later (Turing has no BF16 tensor cores); "
+                         f"device {device} is sm75: use float16")
+    return target_sm
+
+
 def _check_group_size(group_size: int, k: int):
     if group_size != k and group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES} or K={k} (per output channel), got {group_size}")
@@ -189,13 +201,8 @@ class FpAIntBPlan:
     def __init__(self, weight: IntBWeight, *, act_dtype: torch.dtype = torch.float16,
                  bias: torch.Tensor | None = None, activation: str = "none"):
         _check_weight(weight)
-        if act_dtype not in ACT_DTYPES:
-            raise TypeError(f"act_dtype must be one of {tuple(ACT_DTYPES)}, got {act_dtype}")
         device = weight.device
-        self.target_sm = _checks.target_sm(device, 75, _WHAT)
-        if act_dtype == torch.bfloat16 and self.target_sm < 80:
-            raise ValueError(f"act_dtype bfloat16 needs sm80 or later (Turing has no BF16 tensor cores); "
-                             f"device {device} is sm75: use float16")
+        self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
             _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)

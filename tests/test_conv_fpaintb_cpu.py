@@ -296,3 +296,23 @@ def test_module_rejects(fake_gpu, make, kwargs, exc, fragment):
     with pytest.raises(exc) as e:
         qgemm.nn.IntWeightConv2d.from_float(make(), **kwargs)
     assert fragment in str(e.value)
+
+
+def test_plan_rejects_bad_outputs_and_one_shot_inputs(fake_gpu):
+    """out= is checked against the shape, dtype and memory layout of the result before any launch
+    (the kernel choice is stubbed: it would need the GPU); conv2d_fpaintb takes float x only."""
+    fake_gpu()
+    w = qgemm.IntConvWeight.from_float(torch.randn(16, 32, 3, 3), 4, 32)
+    plan = qgemm.FpAIntBConvPlan(w, padding=1)
+    plan._prepare = lambda n, h, w, choice: conv_mod._Call(None, None, None, 0, (n, *plan.output_hw(h, w), 16))
+    x = torch.zeros(1, 8, 8, 32, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"out must have shape \(1, 8, 8, 16\)"):
+        plan(x, torch.empty(1, 8, 8, 8, dtype=torch.float16))
+    with pytest.raises(TypeError, match="out must have dtype float16"):
+        plan(x, torch.empty(1, 8, 8, 16, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"out must have shape \(1, 16, 8, 8\)"):
+        plan(x.permute(0, 3, 1, 2), torch.empty(1, 8, 8, 16, dtype=torch.float16), layout="nchw")
+    with pytest.raises(ValueError, match="out must be NHWC in memory"):
+        plan(x.permute(0, 3, 1, 2), torch.empty(1, 16, 8, 8, dtype=torch.float16), layout="nchw")
+    with pytest.raises(TypeError, match="x must have dtype"):
+        qgemm.conv2d_fpaintb(torch.zeros(1, 8, 8, 32, dtype=torch.int8), w)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
+from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
 from cutlass_gen.specs import FpAIntBConvSpec, FpAIntBGemmSpec
@@ -159,19 +160,7 @@ def test_heuristic_choices_are_in_the_catalog(m, bits, sm):
 
 @pytest.fixture(scope="module")
 def conv_library(tmp_path_factory):
-    import os
-
-    from cutlass_gen.build import build
-
-    old = os.environ.get("QGEMM_CACHE_DIR")
-    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
-    try:
-        return HostLibrary(str(build(FpAIntBConvSpec("f16", 4, (128, 64, 64), (64, 32), 4), 80).so_path))
-    finally:
-        if old is None:
-            del os.environ["QGEMM_CACHE_DIR"]
-        else:
-            os.environ["QGEMM_CACHE_DIR"] = old
+    return HostLibrary(str(build(FpAIntBConvSpec("f16", 4, (128, 64, 64), (64, 32), 4), 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
 
 
 def conv_problem(n=2, h=14, w=14, c=64, co=128, r=3, s=3, pad=1, stride=1, dil=1, group=32, k=None, m=None,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import qgemm
+from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.fpaintb_layout import LAYOUTS, layout
 from cutlass_gen.render import render
@@ -227,19 +228,7 @@ def test_templates_render_the_layout():
 
 @pytest.fixture(scope="module")
 def gemv_library(tmp_path_factory):
-    import os
-
-    from cutlass_gen.build import build
-
-    old = os.environ.get("QGEMM_CACHE_DIR")
-    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
-    try:
-        return HostLibrary(str(build(FpAIntBGemvSpec("f16", 4, 2, 4, 4), 80).so_path))
-    finally:
-        if old is None:
-            del os.environ["QGEMM_CACHE_DIR"]
-        else:
-            os.environ["QGEMM_CACHE_DIR"] = old
+    return HostLibrary(str(build(FpAIntBGemvSpec("f16", 4, 2, 4, 4), 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
 
 
 def gemv_problem(m, n, k, group_size=128, ld_w=None):
@@ -276,19 +265,7 @@ def test_gemv_plan_rejects(gemv_library, problem, why):
 
 @pytest.fixture(scope="module")
 def gemm_library(tmp_path_factory):
-    import os
-
-    from cutlass_gen.build import build
-
-    old = os.environ.get("QGEMM_CACHE_DIR")
-    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
-    try:
-        return HostLibrary(str(build(FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 80).so_path))
-    finally:
-        if old is None:
-            del os.environ["QGEMM_CACHE_DIR"]
-        else:
-            os.environ["QGEMM_CACHE_DIR"] = old
+    return HostLibrary(str(build(FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
 
 
 def gemm_problem(m, n, k, group_size=128, ctas=0, raster=1, ld_w=None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 import qgemm
 from cutlass_gen.catalog import catalog
 from qgemm.conv_quant import ConvInt8Quant
-from timing import bench_graph, copy_bandwidth, host_us
+from timing import copy_bandwidth, geomean, host_us, timed
 
 # (name, input size, in channels, out channels, kernel, stride, padding, occurrences)
 RESNET50 = [
@@ -66,13 +65,6 @@ def label(spec) -> str:
     tile = f"{spec.tile[0]}x{spec.tile[1]}"
     return f"sm{spec.arch} {tile} a{spec.alignment}{' few' if spec.iterator == 'few_channels' else ''}"
 
-
-def timed(fn) -> float:
-    try:
-        return bench_graph(fn)
-    except (RuntimeError, ValueError) as e:
-        print(f"  (failed: {str(e)[:100]})")
-        return math.nan
 
 
 def make_plan(ci: int, co: int, k: int, stride: int, padding: int) -> qgemm.ConvInt8Plan:
@@ -125,21 +117,17 @@ def host_overhead_us() -> float:
     return host_us(lambda: plan(x, out))
 
 
-def _geo(values):
-    values = [v for v in values if not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
 
 def summary(rows) -> dict:
     out = {}
     for n in sorted({r["n"] for r in rows}):
         sel = [r for r in rows if r["n"] == n]
-        out[n] = {"int8_vs_cudnn": _geo([r["cudnn_us"] / r["int8_us"] for r in sel]),
-                  "int8_over_floor": _geo([r["int8_us"] / r["floor_us"] for r in sel]),
+        out[n] = {"int8_vs_cudnn": geomean([r["cudnn_us"] / r["int8_us"] for r in sel]),
+                  "int8_over_floor": geomean([r["int8_us"] / r["floor_us"] for r in sel]),
                   "network_int8_us": sum(r["count"] * r["int8_us"] for r in sel),
                   "network_cudnn_us": sum(r["count"] * r["cudnn_us"] for r in sel)}
         if all("best" in r for r in sel):
-            out[n]["best_of_sweep_vs_cudnn"] = _geo([r["cudnn_us"] / r["best"][1] for r in sel])
+            out[n]["best_of_sweep_vs_cudnn"] = geomean([r["cudnn_us"] / r["best"][1] for r in sel])
     return out
 
 

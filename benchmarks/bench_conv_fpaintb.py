@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +26,10 @@ import qgemm
 from bench_conv import RESNET50
 from cutlass_gen.catalog import catalog
 from qgemm import heuristics
-from timing import bench_graph, copy_bandwidth
+from timing import copy_bandwidth, geomean, timed
 
 BATCHES = [1, 64]
 
-
-def timed(fn) -> float:
-    try:
-        return bench_graph(fn)
-    except (RuntimeError, ValueError) as e:
-        print(f"  (failed: {str(e)[:100]})")
-        return math.nan
 
 
 def label(choice) -> str:
@@ -83,13 +75,9 @@ def run(shapes, batches, sweep: bool = False) -> dict:
             "summary": summary(rows)}
 
 
-def _geo(values):
-    values = [v for v in values if not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
 
 def summary(rows) -> dict:
-    return {n: {f"int{b}_vs_cudnn": _geo([r["cudnn_us"] / r[f"int{b}_us"] for r in rows if r["n"] == n])
+    return {n: {f"int{b}_vs_cudnn": geomean([r["cudnn_us"] / r[f"int{b}_us"] for r in rows if r["n"] == n])
                 for b in (4, 8)} for n in sorted({r["n"] for r in rows})}
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import torch
 
@@ -26,7 +25,7 @@ import qgemm
 from cutlass_gen.build import build_many
 from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import heuristics
-from timing import bench_graph, copy_bandwidth, host_us
+from timing import copy_bandwidth, geomean, host_us, timed
 
 SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]
 MS = [1, 16, 64, 256, 4096]
@@ -92,13 +91,6 @@ def tinygemm(x_bf16, n, k, group=128):
     return lambda: torch._weight_int4pack_mm(x_bf16, packed, group, scale_zeros)
 
 
-def timed(fn) -> float:
-    try:
-        return bench_graph(fn)
-    except (RuntimeError, ValueError, NotImplementedError) as e:
-        print(f"  (failed: {str(e)[:100]})")
-        return math.nan
-
 
 def run(shapes, ms, sweep: bool) -> dict:
     torch.manual_seed(0)
@@ -148,19 +140,15 @@ def host_overhead_us() -> float:
     return host_us(lambda: plan(x, out))
 
 
-def _geo(values):
-    values = [v for v in values if not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
 
 def summary(rows) -> dict:
     out = {}
     for m in sorted({r["m"] for r in rows}):
         sel = [r for r in rows if r["m"] == m]
-        out[m] = {"int4_vs_cublas": _geo([r["cublas_us"] / r["int4_us"] for r in sel]),
-                  "int4_vs_tinygemm": _geo([r["tinygemm_us"] / r["int4_us"] for r in sel]),
-                  "int8_vs_cublas": _geo([r["cublas_us"] / r["int8_us"] for r in sel]),
-                  "int4_over_floor": _geo([r["int4_us"] / r["floor4_us"] for r in sel])}
+        out[m] = {"int4_vs_cublas": geomean([r["cublas_us"] / r["int4_us"] for r in sel]),
+                  "int4_vs_tinygemm": geomean([r["tinygemm_us"] / r["int4_us"] for r in sel]),
+                  "int8_vs_cublas": geomean([r["cublas_us"] / r["int8_us"] for r in sel]),
+                  "int4_over_floor": geomean([r["int4_us"] / r["floor4_us"] for r in sel])}
     return out
 
 

@@ -1,6 +1,7 @@
 """Timing helpers shared by the benchmarks: CUDA-event medians and the copy-bandwidth floor."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -82,3 +83,19 @@ def host_us(fn, calls=200, rounds=7) -> float:
         samples.append((time.perf_counter() - t0) / calls * 1e6)
     torch.cuda.synchronize()
     return statistics.median(samples)
+
+
+def timed(fn) -> float:
+    """bench_graph(fn), or NaN (with the reason printed) when the call raises: one failing kernel
+    leaves a gap in a table instead of ending the run."""
+    try:
+        return bench_graph(fn)
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        print(f"  (failed: {str(e)[:100]})")
+        return math.nan
+
+
+def geomean(values) -> float:
+    """Geometric mean of the values that are not NaN (NaN when none are)."""
+    values = [v for v in values if not math.isnan(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan

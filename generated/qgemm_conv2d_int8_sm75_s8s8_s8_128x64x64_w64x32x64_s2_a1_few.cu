@@ -8,19 +8,7 @@
 // over acc = sum_{r,s,c} x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, r, s, c] (zero padding),
 // by qgemm::conv::ImplicitGemmRequant (qgemm/conv_quant.py has the math, requant_visitor.h the epilogue).
 //
-// QgemmProblem slots (pairs are packed as (h << 32) | w):
-//   m, n, k        implicit GEMM extent: N*P*Q, K, R*S*C (checked against the shape below)
-//   ext[0..3]      N, H, W, C: the input, NHWC
-//   ext[4]         (R, S) filter size
-//   ext[5]         (pad_h, pad_w)
-//   ext[6]         (stride_h, stride_w)
-//   ext[7]         (dilation_h, dilation_w); P and Q follow (PyTorch's formula)
-//   ptr[0]         x int8 NHWC [N, H, W, C]
-//   ptr[1]         w int8 [K, R, S, C]
-//   ptr[2], ptr[3] M, FusedBias: float [K]
-//   ptr[4]         border int32 [P, Q, K], or null (Z_I = 0 or no padding)
-//   ptr[5]         out int8 NHWC [N, P, Q, K]
-//   scalar[0..1]   clamp_lo, clamp_hi (integers in [-128, 127])
+// QgemmProblem slots: qgemm/conv/slots.h (one layout for every int8 conv kernel).
 // C must be a multiple of 1, K of 1; x, w and out start at addresses
 // aligned to one access (1, 1 and 1 bytes).
 #include <cstdint>
@@ -34,6 +22,7 @@
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 
 #include "qgemm/abi_exports.h"
+#include "qgemm/conv/slots.h"
 #include "qgemm/conv/implicit_gemm_requant.h"
 #include "qgemm/conv/requant_visitor.h"
 
@@ -76,39 +65,13 @@ struct Adapter {
   using Params = Kernel::Params;
   static int const kThreadCount = Kernel::kThreadCount;
 
-  static int high(int64_t pair) { return int(pair >> 32); }
-  static int low(int64_t pair) { return int(uint32_t(pair)); }
-
-  /// PyTorch's output extent; < 1 when the dilated filter does not fit the padded input.
-  static int64_t output_extent(int64_t in, int64_t pad, int64_t dilation, int64_t filter, int64_t stride) {
-    int64_t span = in + 2 * pad - dilation * (filter - 1) - 1;
-    return span < 0 ? 0 : span / stride + 1;
-  }
-
   /// The problem's arguments, or false when its slots do not describe a valid convolution.
   static bool arguments(QgemmProblem const& p, Kernel::Arguments& args) {
-    int64_t const n = p.ext[0], h = p.ext[1], w = p.ext[2], c = p.ext[3], k = p.n;
-    int const r = high(p.ext[4]), s = low(p.ext[4]);
-    int const pad_h = high(p.ext[5]), pad_w = low(p.ext[5]);
-    int const stride_h = high(p.ext[6]), stride_w = low(p.ext[6]);
-    int const dilation_h = high(p.ext[7]), dilation_w = low(p.ext[7]);
-    for (int64_t v : {n, h, w, c, k}) {
-      if (v < 1 || v > INT32_MAX) return false;
-    }
-    if (r < 1 || s < 1 || pad_h < 0 || pad_w < 0 || stride_h < 1 || stride_w < 1 || dilation_h < 1 ||
-        dilation_w < 1)
-      return false;
-    int64_t const out_h = output_extent(h, pad_h, dilation_h, r, stride_h);
-    int64_t const out_w = output_extent(w, pad_w, dilation_w, s, stride_w);
-    if (out_h < 1 || out_w < 1 || p.m != n * out_h * out_w || p.k != int64_t(r) * s * c || p.m > INT32_MAX ||
-        p.k > INT32_MAX)
-      return false;
-    float const lo = p.scalar[0], hi = p.scalar[1];
-    if (!(lo >= -128.f && lo <= hi && hi <= 127.f) || lo != float(int(lo)) || hi != float(int(hi))) return false;
-
+    qgemm::conv::ConvSlots c;
+    if (!c.read(p)) return false;
     args.problem_size = cutlass::conv::Conv2dProblemSize(
-        int(n), int(h), int(w), int(c), int(k), r, s, int(out_h), int(out_w), pad_h, pad_w, stride_h, stride_w,
-        dilation_h, dilation_w, cutlass::conv::Mode::kCrossCorrelation);
+        c.n, c.h, c.w, c.c, c.k, c.r, c.s, c.out_h, c.out_w, c.pad_h, c.pad_w, c.stride_h, c.stride_w,
+        c.dilation_h, c.dilation_w, cutlass::conv::Mode::kCrossCorrelation);
     args.ptr_A = static_cast<int8_t const*>(p.ptr[0]);
     args.ptr_B = static_cast<int8_t const*>(p.ptr[1]);
     auto& v = args.visitor;
@@ -116,8 +79,8 @@ struct Adapter {
     v.fused_bias = static_cast<float const*>(p.ptr[3]);
     v.border = static_cast<int32_t const*>(p.ptr[4]);
     v.output = static_cast<int8_t*>(const_cast<void*>(p.ptr[5]));
-    v.clamp_lo = int(lo);
-    v.clamp_hi = int(hi);
+    v.clamp_lo = c.clamp_lo;
+    v.clamp_hi = c.clamp_hi;
     return true;
   }
 

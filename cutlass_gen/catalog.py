@@ -8,6 +8,7 @@ from __future__ import annotations
 from .specs import (
     SUPPORTED_TARGETS,
     ActQuantSpec,
+    ConvInt8Sm90Spec,
     ConvInt8Spec,
     Fp8ActQuantSpec,
     Fp8BlockwiseGemmSpec,
@@ -164,6 +165,16 @@ def _conv2d_int8(target_sm: int) -> list[KernelSpec]:
     return [ConvInt8Spec(*config) for config in _CONV_CONFIGS[75 if target_sm == 75 else 80]]
 
 
+# Int8 conv2d on Sm90 (TMA im2col + WGMMA; channels in multiples of 16), as tile (M, N, K): the
+# Sm80 catalog's 128 x 128 and 128 x 64, a 64-row tile for small batches, and a 128-deep K step
+# for input channels in multiples of 128. Not yet measured (qgemm/heuristics.py CONV_PREFER_SM90).
+_CONV_SM90_TILES = [(128, 128, 64), (128, 64, 64), (64, 128, 64), (128, 128, 128)]
+
+
+def _conv2d_int8_sm90(target_sm: int) -> list[KernelSpec]:
+    return [ConvInt8Sm90Spec(tile) for tile in _CONV_SM90_TILES] if target_sm >= 90 else []
+
+
 _FAMILY_CATALOGS = {
     W8A8GemmSpec.family: _w8a8,
     ActQuantSpec.family: _act_quant,
@@ -174,6 +185,7 @@ _FAMILY_CATALOGS = {
     FpAIntBDequantSpec.family: _fpaintb_dequant,
     FpAIntBConvSpec.family: _fpaintb_conv,
     ConvInt8Spec.family: _conv2d_int8,
+    ConvInt8Sm90Spec.family: _conv2d_int8_sm90,
 }
 
 

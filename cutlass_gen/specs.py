@@ -558,9 +558,75 @@ class ConvInt8Spec(KernelSpec):
                 f"_s{self.stages}_a{self.alignment}{'_few' if self.iterator == 'few_channels' else ''}")
 
 
+@dataclass(frozen=True)
+class ConvInt8Sm90Spec(KernelSpec):
+    """The int8 conv2d forward of ConvInt8Spec (same operation, same QgemmProblem slots) on Sm90:
+    CUTLASS 3.x implicit GEMM with TMA im2col loads and WGMMA in a warp-specialized mainloop (one
+    producer and one consumer warp group, not persistent: CUTLASS offers no persistent conv
+    schedule on Sm90), the requantization as an epilogue visitor tree and a TMA store.
+
+    `tile` is (M, N, K) in the implicit GEMM: M output pixels (64 or 128: one warp group's WGMMA
+    rows, 64 at a time), N output channels, K input channels per filter tap (64 or 128 int8: the
+    64- and 128-byte shared-memory swizzles). `cluster` (M, N) multicasts a tile's filters or
+    activations to neighbouring CTAs. `stages` 0 lets CUTLASS fill shared memory with stages.
+    TMA moves 16-byte rows, so input and output channels must be multiples of 16.
+    """
+
+    family: ClassVar[str] = "conv2d_int8_sm90"
+    template: ClassVar[str] = "conv2d_int8_sm90.cu.j2"
+    TILE_M: ClassVar[tuple] = (64, 128)
+    TILE_N: ClassVar[tuple] = (64, 128, 256)
+    TILE_K: ClassVar[tuple] = (64, 128)
+    CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (1, 2))
+    alignment: ClassVar[int] = 16      # int8 channels per 16-byte TMA row, input and output
+    output_alignment: ClassVar[int] = 16
+    # TMA im2col (CUTLASS's can_implement for 2-D): the box corners -pad and pad - (R - 1) * dilation
+    # are signed 8-bit, the filter offsets (R - 1) * dilation unsigned 8-bit below 255, the traversal
+    # stride at most 8.
+    CORNER_RANGE: ClassVar[tuple] = (-128, 127)
+    MAX_FILTER_SPAN: ClassVar[int] = 254
+    MAX_STRIDE: ClassVar[int] = 8
+
+    tile: tuple
+    cluster: tuple = (1, 1)
+    stages: int = 0
+    arch: int = 90
+
+    def __post_init__(self):
+        object.__setattr__(self, "tile", _shape(self.tile, "tile"))
+        object.__setattr__(self, "cluster", tuple(int(v) for v in self.cluster))
+        if self.arch != 90:
+            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        for what, value, allowed in (("tile M", self.tile[0], self.TILE_M), ("tile N", self.tile[1], self.TILE_N),
+                                     ("tile K", self.tile[2], self.TILE_K)):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value}")
+        if self.cluster not in self.CLUSTERS:
+            raise ValueError(f"cluster must be one of {self.CLUSTERS}, got {self.cluster}")
+        if self.stages != 0 and not 2 <= self.stages <= 8:
+            raise ValueError(f"stages must be 0 (as many as fit) or in [2, 8], got {self.stages}")
+
+    def supports_channels(self, in_channels: int, out_channels: int) -> bool:
+        return in_channels % self.alignment == 0 and out_channels % self.output_alignment == 0
+
+    @classmethod
+    def supports_geometry(cls, kernel_size, stride, padding, dilation) -> bool:
+        """Whether TMA im2col can walk this convolution (pairs of (height, width))."""
+        lo, hi = cls.CORNER_RANGE
+        spans = [(k - 1) * d for k, d in zip(kernel_size, dilation)]
+        return (max(stride) <= cls.MAX_STRIDE and max(spans) <= cls.MAX_FILTER_SPAN
+                and all(lo <= -p and lo <= p - span <= hi for p, span in zip(padding, spans)))
+
+    @property
+    def name(self) -> str:
+        t, c = self.tile, self.cluster
+        stages = f"_s{self.stages}" if self.stages else ""
+        return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}"
+
+
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
                                         FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec,
-                                        FpAIntBConvSpec)}
+                                        FpAIntBConvSpec, ConvInt8Sm90Spec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

@@ -22,6 +22,11 @@ and write of N*H*W*Ci bytes and one more kernel launch: for a 64 x 56 x 56 x 64 
 of traffic, a few microseconds on an H100). The result is a channels_last view of the NHWC output,
 which costs nothing.
 
+Kernels: CUTLASS 2.x implicit GEMM (Sm75, Sm80; templates/conv2d_int8.cu.j2) chosen by
+heuristics.conv_int8_choice, and on sm90 the CUTLASS 3.x ones (TMA im2col + WGMMA;
+templates/conv2d_int8_sm90.cu.j2), which read the same problem slots and compute the same bits but
+run only as an explicit `choice` until measured (heuristics.CONV_PREFER_SM90).
+
 Few input channels: the aligned kernels read channels 4 or 16 at a time, so an input channel count
 that is not a multiple of 4 (the 3 of an RGB input) is zero-padded (heuristics.conv_int8_padded_channels,
 to a multiple of heuristics.CONV_PAD_CHANNELS_TO): the weights once per plan with zero channels,
@@ -41,7 +46,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.specs import ConvInt8Spec
+from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec
 
 from . import _checks, conv_quant, heuristics
 from ._abi import QgemmProblem
@@ -84,7 +89,7 @@ class _Call:
     """What a plan keeps per input shape (N, H, W): the kernel and its launch shape, the border
     correction, the output shape."""
 
-    spec: ConvInt8Spec
+    spec: ConvInt8Spec | ConvInt8Sm90Spec
     kernel: object
     launch: object
     border: torch.Tensor | None
@@ -167,11 +172,18 @@ class ConvInt8Plan:
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
         return conv_quant.output_hw((h, w), self.kernel_size, self.stride, self.padding, self.dilation)
 
-    def choice(self, n: int, h: int, w: int) -> ConvInt8Spec:
+    @property
+    def sm90_fits(self) -> bool:
+        """Whether the Sm90 kernels (TMA im2col) can run this convolution: an sm90 target and a
+        geometry within TMA's bounds (the channel counts are the heuristic's to check)."""
+        return self.target_sm >= 90 and ConvInt8Sm90Spec.supports_geometry(
+            self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def choice(self, n: int, h: int, w: int) -> ConvInt8Spec | ConvInt8Sm90Spec:
         """The kernel this plan runs for an input of N x H x W pixels."""
         ho, wo = self.output_hw(h, w)
         return heuristics.conv_int8_choice(n * ho * wo, self.padded_channels, self.out_channels, self.target_sm,
-                                           self._sm_count)
+                                           self._sm_count, sm90_fits=self.sm90_fits)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
                  choice: ConvInt8Spec | None = None) -> torch.Tensor:
@@ -259,11 +271,16 @@ class ConvInt8Plan:
             launch = kernel.plan(p)
         return _Call(spec, kernel, launch, self._border(h, w), (n, ho, wo, self.out_channels))
 
-    def _check_choice(self, spec) -> ConvInt8Spec:
-        if not isinstance(spec, ConvInt8Spec):
-            raise TypeError(f"choice must be a ConvInt8Spec, got {type(spec).__name__}")
+    def _check_choice(self, spec) -> ConvInt8Spec | ConvInt8Sm90Spec:
+        if not isinstance(spec, (ConvInt8Spec, ConvInt8Sm90Spec)):
+            raise TypeError(f"choice must be a ConvInt8Spec or ConvInt8Sm90Spec, got {type(spec).__name__}")
         if not spec.supports_target(self.target_sm):
             raise ValueError(f"choice {spec.name} needs sm{spec.arch} or later; this plan runs on sm{self.target_sm}")
+        if isinstance(spec, ConvInt8Sm90Spec) and not self.sm90_fits:
+            raise ValueError(f"choice {spec.name} (TMA im2col) cannot run kernel {self.kernel_size}, stride "
+                             f"{self.stride}, padding {self.padding}, dilation {self.dilation}: it needs stride <= "
+                             f"{spec.MAX_STRIDE}, (kernel - 1) * dilation <= {spec.MAX_FILTER_SPAN}, and padding and "
+                             f"padding - (kernel - 1) * dilation within [-128, 127]")
         if not spec.supports_channels(self.padded_channels, self.out_channels):
             padded = f" (padded to {self.padded_channels})" if self._pads else ""
             raise ValueError(f"choice {spec.name} needs in_channels a multiple of {spec.alignment} and out_channels "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog, fpaintb_conv_configs, fpaintb_gemm_configs
 from cutlass_gen.specs import (
+    ConvInt8Sm90Spec,
     ConvInt8Spec,
     Fp8BlockwiseGemmSpec,
     FpAIntBConvSpec,
@@ -261,18 +262,51 @@ def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
     return -(-in_channels // CONV_PAD_CHANNELS_TO) * CONV_PAD_CHANNELS_TO
 
 
-def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int) -> ConvInt8Spec:
+# Sm90 (conv2d_int8_sm90: TMA im2col + WGMMA, CUTLASS 3.x) where the channels (multiples of 16) and
+# the geometry (ConvInt8Sm90Spec.supports_geometry) allow. NOT MEASURED YET: the kernels compile and
+# their GPU tests are written, but no device session has run them, so CONV_PREFER_SM90 stays off
+# and plans keep the Sm80 kernels above; `choice=` runs them, and bench_conv.py times them in its
+# sm90 column. The tile rule applied to them is the Sm80 one (lean tiles, N by output channels,
+# the largest tile when M fills CONV_MIN_WAVE waves, else the most threadblocks) among the 64-deep
+# tiles; then the same tile with a 128-deep K step where the catalog has it and the input channels
+# are a multiple of 128 (half the K steps per filter tap).
+CONV_PREFER_SM90 = False
+
+
+def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int,
+                     sm90_fits: bool = False) -> ConvInt8Spec | ConvInt8Sm90Spec:
     """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels
-    (in_channels as the kernel reads them: a plan passes its padded count)."""
+    (in_channels as the kernel reads them: a plan passes its padded count). sm90_fits: the
+    convolution's geometry suits TMA im2col (ConvInt8Sm90Spec.supports_geometry)."""
+    if CONV_PREFER_SM90 and sm90_fits:
+        sm90 = conv_int8_sm90_choice(m, in_channels, out_channels, target_sm, sm_count)
+        if sm90 is not None:
+            return sm90
     fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
     alignment = max(s.alignment for s in fitting)  # the alignment-1 kernel fits any channel count
     arch = max(s.arch for s in fitting if s.alignment == alignment)
-    fitting = [s for s in fitting if (s.alignment, s.arch) == (alignment, arch)]
+    return _conv_tile(m, out_channels, sm_count, [s for s in fitting if (s.alignment, s.arch) == (alignment, arch)])
 
-    def ctas(s: ConvInt8Spec) -> int:
+
+def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm: int,
+                          sm_count: int) -> ConvInt8Sm90Spec | None:
+    """The Sm90 catalog kernel for this implicit GEMM, or None where none applies (target below
+    sm90, channels not multiples of 16). The geometry is the caller's to check."""
+    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family)
+               if s.supports_channels(in_channels, out_channels)]
+    if not fitting:
+        return None
+    spec = _conv_tile(m, out_channels, sm_count, [s for s in fitting if s.tile[2] == 64])
+    deeper = [s for s in fitting if s.tile == (*spec.tile[:2], 128)]
+    return deeper[0] if deeper and in_channels % 128 == 0 else spec
+
+
+def _conv_tile(m: int, out_channels: int, sm_count: int, fitting: list):
+    """The tile rule of the comments above, among kernels that all fit."""
+    def ctas(s) -> int:
         return -(-m // s.tile[0]) * -(-out_channels // s.tile[1])
 
-    def padding(s: ConvInt8Spec) -> float:
+    def padding(s) -> float:
         return ctas(s) * s.tile[0] * s.tile[1] / (m * out_channels)
 
     leanest = min(padding(s) for s in fitting)

@@ -504,7 +504,7 @@ def plan(fake_gpu):
      "out must be contiguous"),
     (x_nhwc(), {"out": _misaligned(torch.empty(2, 9, 7, 8, dtype=torch.int8))}, ValueError,
      "out must start at a 4-byte aligned address"),
-    (x_nhwc(), {"choice": "128x128"}, TypeError, "choice must be a ConvInt8Spec, got str"),
+    (x_nhwc(), {"choice": "128x128"}, TypeError, "choice must be a ConvInt8Spec or ConvInt8Sm90Spec, got str"),
     (x_nhwc(), {"choice": ConvInt8Spec(80, (64, 64, 64), (32, 32, 64), 4, 16)}, None, None),
 ])
 def test_call_rejects(plan, fake_gpu, x, kwargs, exc, fragment):

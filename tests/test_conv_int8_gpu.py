@@ -5,7 +5,8 @@ Each case checks two things:
     plan's own M, FusedBias and border correction. The accumulator is exact on both sides (int32
     on the GPU; float64 on the CPU, where every product is at most 2^14 and the sums stay far below
     2^53), and the epilogue performs requantize's float32 operations in the same order
-    (templates/include/qgemm/conv/requant_visitor.h), so nothing may differ.
+    (templates/include/qgemm/conv/requant_visitor.h; sm90_requant.h for the Sm90 kernels), so nothing
+    may differ.
   * within 1 LSB of reference.conv2d_int8 (dequantize, convolve with real-valued zero padding, bias,
     activation, requantize, all in float64) everywhere, and equal on at least 99% of the outputs.
     The integer path rounds M and FusedBias to float32 and computes in float32: where the exact
@@ -114,7 +115,7 @@ def test_conv_matches_integer_path_and_reference(geometry, input_zero, activatio
 def _catalog_kernels():
     cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
     target = qgemm._runtime.target_sm_for(cap) or 90
-    return catalog(target, "conv2d_int8")
+    return catalog(target, "conv2d_int8")  # the Sm90 family has its own test below
 
 
 # Per alignment, a case with tails everywhere: M not a multiple of any tile, output channels past
@@ -130,6 +131,64 @@ CATALOG_CASES = {
 def test_every_catalog_kernel(spec):
     """Each catalog kernel, chosen explicitly (the heuristic only picks some of them at these sizes)."""
     check_case(CATALOG_CASES[spec.alignment], 57, "relu6", seed=spec.tile[0] + spec.alignment, choice=spec)
+
+
+# The Sm90 kernels (conv2d_int8_sm90: TMA im2col, WGMMA, the requantization as an epilogue visitor
+# tree), chosen explicitly: the heuristic does not pick them yet (heuristics.CONV_PREFER_SM90). Channel
+# counts are multiples of 16 (TMA); M = 1, 3, 17 and 1000 among the shapes; the 128-deep K step gets
+# input channels that fill it and ones that do not.
+SM90_GEOMETRIES = [
+    (1, 1, 1, 16, 16, 1, 1, 0, 1),       # M = 1
+    (1, 1, 3, 32, 16, 1, 1, 0, 1),       # M = 3
+    (1, 17, 1, 16, 32, 1, 1, 0, 1),      # M = 17
+    (1, 40, 25, 16, 16, 1, 1, 0, 1),     # M = 1000
+    (2, 14, 13, 32, 48, 1, 2, 0, 1),     # 1x1, stride 2
+    (2, 9, 11, 16, 32, 3, 1, 1, 1),      # 3x3
+    (3, 15, 15, 32, 16, 3, 2, 1, 1),     # 3x3, stride 2
+    (1, 17, 16, 48, 32, 3, 2, 3, 2),     # stride 2, padding 3, dilation 2
+    (1, 5, 9, 16, 16, 3, 1, 3, 1),       # padding 3 on a 3x3: taps entirely in the border
+    (2, 23, 23, 16, 64, 7, 2, 3, 1),     # 7x7, stride 2, padding 3
+    (2, 20, 19, 80, 144, 3, 2, 1, 1),    # tails: M, N past the tiles, C not filling a K step
+    (2, 7, 9, 256, 144, 3, 1, 1, 1),     # C = 256: two 128-deep K steps per tap
+    (4, 28, 28, 64, 128, 3, 1, 1, 1),    # several tiles in M and N
+]
+
+
+def _requires_sm90():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the Sm90 kernels need an sm90 GPU")
+
+
+@pytest.mark.parametrize("input_zero, activation", [(-100, "none"), (57, "relu6"), (0, "relu")])
+@pytest.mark.parametrize("geometry", SM90_GEOMETRIES, ids=lambda g: "n{}_{}x{}_c{}_k{}_f{}_s{}_p{}_d{}".format(*g))
+@pytest.mark.parametrize("spec", catalog(90, "conv2d_int8_sm90"), ids=lambda s: s.name)
+def test_sm90_kernels(spec, geometry, input_zero, activation):
+    _requires_sm90()
+    check_case(geometry, input_zero, activation, seed=sum(geometry) + spec.tile[1], choice=spec)
+
+
+def test_sm90_kernel_in_a_cuda_graph_and_on_a_side_stream():
+    _requires_sm90()
+    spec = catalog(90, "conv2d_int8_sm90")[0]
+    x_q, w_q, bias, quant, conv = make_case(SM90_GEOMETRIES[9], 57, "relu6", seed=10)
+    plan = qgemm.ConvInt8Plan(w_q.cuda(), quant, bias=bias.cuda(), **conv)
+    x = x_q.cuda()
+    eager = plan(x, choice=spec)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        side = plan(x, choice=spec)
+        with torch.cuda.graph(graph, stream=stream):
+            captured = plan(x, choice=spec)
+    stream.synchronize()
+    assert torch.equal(side, eager)
+    x.copy_(torch.randint(-128, 128, x.shape, dtype=torch.int8, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, plan(x, choice=spec))
+    assert not torch.equal(captured, eager)
 
 
 def test_padded_input_channels():

@@ -1,0 +1,236 @@
+"""The Sm90 int8 conv2d (conv2d_int8_sm90: TMA im2col + WGMMA) without a GPU: spec, name, catalog and
+rendering; which geometries TMA im2col takes; the kernel choice (off by default until measured);
+the plan's checks of an explicit Sm90 choice; and the compiled host library (planning from the
+shared conv slots, rejections before the CUDA driver is touched). The epilogue's border test is
+the CUTLASS 2.x visitor's, mirrored in tests/test_conv_int8_cpu.py; the device code runs in
+tests/test_conv_int8_gpu.py."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+from conftest import requires_nvcc
+
+import qgemm
+from cutlass_gen.build import build
+from cutlass_gen.catalog import catalog
+from cutlass_gen.render import render
+from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec, spec_from_dict
+from qgemm import heuristics
+from qgemm._abi import PARAMS_CAPACITY, HostLibrary
+
+from test_conv_int8_cpu import conv_problem, fake_gpu, layer, x_nhwc  # noqa: F401 (fake_gpu: a fixture)
+
+TILE_64 = ConvInt8Sm90Spec((64, 128, 64))
+
+
+# --- spec -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tile=(96, 128, 64)), "tile M must be one of (64, 128)"),
+    (dict(tile=(128, 96, 64)), "tile N must be one of (64, 128, 256)"),
+    (dict(tile=(128, 128, 32)), "tile K must be one of (64, 128)"),
+    (dict(tile=(128, 128)), "tile must be three positive integers"),
+    (dict(tile=(128, 128, 64), cluster=(2, 2)), "cluster must be one of"),
+    (dict(tile=(128, 128, 64), stages=1), "stages must be 0"),
+    (dict(tile=(128, 128, 64), arch=80), "arch must be 90"),
+])
+def test_spec_rejects_invalid_configs(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ConvInt8Sm90Spec(**kwargs)
+
+
+def test_names_json_and_channels():
+    spec = ConvInt8Sm90Spec((128, 64, 128), cluster=(2, 1), stages=4)
+    assert spec.name == "qgemm_conv2d_int8_sm90_s8s8_s8_128x64x128_c2x1_s4"
+    assert TILE_64.name == "qgemm_conv2d_int8_sm90_s8s8_s8_64x128x64_c1x1"
+    assert spec_from_dict(spec.to_dict()) == spec
+    assert spec.supports_target(90) and not spec.supports_target(80)
+    assert spec.supports_channels(16, 48) and spec.supports_channels(2048, 16)
+    assert not spec.supports_channels(8, 16) and not spec.supports_channels(16, 20)
+
+
+def test_catalog_is_sm90_only():
+    assert catalog(75, "conv2d_int8_sm90") == [] and catalog(80, "conv2d_int8_sm90") == []
+    specs = catalog(90, "conv2d_int8_sm90")
+    assert specs and all(isinstance(s, ConvInt8Sm90Spec) for s in specs)
+    assert len({s.name for s in specs}) == len(specs)
+
+
+def test_render():
+    src = render(TILE_64).source
+    assert f"kernel: {TILE_64.name}" in src and "spec:   ConvInt8Sm90Spec(" in src
+    assert "using TileShape = Shape<_64, _128, Shape<_64>>;" in src
+    assert '#include "qgemm/conv/slots.h"' in src and "qgemm::conv::Sm90Requantize<TileShape>" in src
+    assert "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90" in src
+    assert "StageCountAutoCarveout" in src
+    assert "StageCount<4>" in render(ConvInt8Sm90Spec((64, 128, 64), stages=4)).source
+
+
+# --- the geometry TMA im2col takes ------------------------------------------------------------------
+
+RESNET50 = [  # (kernel, stride, padding) of every ResNet-50 convolution after the first
+    (1, 1, 0), (3, 1, 1), (3, 2, 1), (1, 2, 0),
+]
+
+
+@pytest.mark.parametrize("kernel, stride, padding", RESNET50 + [(7, 2, 3), (3, 1, 3)])
+def test_geometry_of_common_convolutions_fits(kernel, stride, padding):
+    assert ConvInt8Sm90Spec.supports_geometry((kernel, kernel), (stride, stride), (padding, padding), (1, 1))
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, why", [
+    ((3, 3), (9, 1), (1, 1), (1, 1), "stride past TMA's element strides (8)"),
+    ((3, 3), (1, 1), (129, 1), (1, 1), "lower corner -129"),
+    ((3, 3), (1, 1), (0, 0), (128, 1), "filter offset 256"),
+    ((3, 3), (1, 1), (0, 0), (100, 1), "upper corner -200"),
+    ((1, 1), (1, 1), (128, 0), (1, 1), "upper corner 128"),
+])
+def test_geometry_past_tma_im2col_limits(kernel, stride, padding, dilation, why):
+    assert not ConvInt8Sm90Spec.supports_geometry(kernel, stride, padding, dilation), why
+
+
+# --- choice ------------------------------------------------------------------------------------------
+
+def test_heuristic_keeps_the_sm80_kernels_until_measured():
+    assert heuristics.CONV_PREFER_SM90 is False
+    spec = heuristics.conv_int8_choice(64 * 56 * 56, 64, 64, 90, 132, sm90_fits=True)
+    assert isinstance(spec, ConvInt8Spec) and spec.arch == 80
+
+
+@pytest.mark.parametrize("m, ci, co, tile", [
+    (64 * 56 * 56, 64, 64, (128, 64, 64)),        # large M, Co <= 128: 128 x 64
+    (64 * 14 * 14, 256, 1024, (128, 128, 128)),   # Ci a multiple of 128: the 128-deep K step
+    (64 * 28 * 28, 128, 512, (128, 128, 128)),
+    (7 * 7, 512, 512, (64, 128, 64)),             # batch 1, last stage: the most threadblocks
+    (56 * 56, 64, 256, (64, 128, 64)),
+])
+def test_sm90_choice(monkeypatch, m, ci, co, tile):
+    monkeypatch.setattr(heuristics, "CONV_PREFER_SM90", True)
+    spec = heuristics.conv_int8_choice(m, ci, co, 90, 132, sm90_fits=True)
+    assert isinstance(spec, ConvInt8Sm90Spec) and spec.tile[:2] == tile[:2]
+    # Tile K 128 only where the catalog has it for this tile; else 64.
+    assert spec.tile[2] == (128 if ci % 128 == 0 and (spec.tile[0], spec.tile[1], 128) in
+                            [s.tile for s in catalog(90, "conv2d_int8_sm90")] else 64)
+
+
+def test_sm90_choice_falls_back(monkeypatch):
+    monkeypatch.setattr(heuristics, "CONV_PREFER_SM90", True)
+    # Channels not multiples of 16, an sm80 target, or a geometry TMA cannot walk: the Sm80 kernels.
+    for args, fits in [((4096, 24, 64, 90, 132), True), ((4096, 64, 64, 80, 108), True),
+                       ((4096, 64, 64, 90, 132), False)]:
+        assert isinstance(heuristics.conv_int8_choice(*args, sm90_fits=fits), ConvInt8Spec)
+    assert heuristics.conv_int8_sm90_choice(4096, 24, 64, 90, 132) is None
+
+
+def test_plan_runs_an_explicit_sm90_choice(fake_gpu):
+    kernels = fake_gpu((9, 0))
+    w_q, quant, bias = layer(co=32, ci=16, k=3)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
+    assert plan.sm90_fits
+    out = plan(x_nhwc(2, 9, 7, 16), choice=TILE_64)
+    assert out.shape == (2, 9, 7, 32)
+    (p,) = kernels[TILE_64].problems  # the same slots as the Sm80 kernels
+    assert (p.m, p.n, p.k) == (2 * 9 * 7, 32, 9 * 16) and p.ptr[4] is not None
+
+
+@pytest.mark.parametrize("capability, make, fragment", [
+    ((8, 0), lambda: layer(co=32, ci=16), "needs sm90 or later; this plan runs on sm80"),
+    ((9, 0), lambda: layer(co=32, ci=8), "needs in_channels a multiple of 16 and out_channels a multiple of 16"),
+    ((9, 0), lambda: layer(co=20, ci=16), "needs in_channels a multiple of 16 and out_channels a multiple of 16"),
+])
+def test_plan_rejects_an_sm90_choice_that_does_not_fit(fake_gpu, capability, make, fragment):
+    fake_gpu(capability)
+    w_q, quant, bias = make()
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
+    with pytest.raises(ValueError, match=fragment):
+        plan(x_nhwc(2, 9, 7, w_q.shape[3]), choice=TILE_64)
+
+
+def test_plan_rejects_an_sm90_choice_past_tma_limits(fake_gpu):
+    fake_gpu((9, 0))
+    w_q, quant, bias = layer(co=32, ci=16)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=(9, 1), padding=1)
+    assert not plan.sm90_fits
+    with pytest.raises(ValueError, match=r"TMA im2col\) cannot run kernel \(3, 3\), stride \(9, 1\)"):
+        plan(x_nhwc(2, 19, 7, 16), choice=TILE_64)
+
+
+def test_plan_checks_x_alignment_for_an_sm90_choice(fake_gpu):
+    fake_gpu((9, 0))
+    w_q, quant, bias = layer(co=32, ci=16)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
+    x = torch.empty(2 * 9 * 7 * 16 + 8, dtype=torch.int8)[8:].view(2, 9, 7, 16)
+    with pytest.raises(ValueError, match="16-byte"):
+        plan(x, choice=TILE_64)
+
+
+# --- the compiled kernel's host library -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sm90_host(tmp_path_factory):
+    """The 64 x 128 Sm90 kernel, built once for this module (~30 s)."""
+    return HostLibrary(str(build(TILE_64, 90, tmp_path_factory.mktemp("qgemm-conv-sm90-cache")).so_path))
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("geometry", [
+    (2, 9, 7, 16, 32, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (1, 17, 16, 48, 16, (3, 5), (2, 1), (3, 0), (2, 1)),
+    (3, 23, 23, 16, 144, (7, 7), (2, 2), (3, 3), (1, 1)),
+    (64, 56, 56, 64, 256, (1, 1), (1, 1), (0, 0), (1, 1)),
+])
+def test_host_library_plans_from_the_shared_slots(sm90_host, geometry):
+    """The Sm90 kernel reads the problem the Sm80 kernels read (conv_problem): CUTLASS's own output
+    extent must equal PyTorch's (else the problem is refused), and the grid is one threadblock per
+    64 x 128 tile of the implicit GEMM, with a producer and a consumer warp group each."""
+    n, h, w, c, k, kernel, stride, padding, dilation = geometry
+    problem = conv_problem(n, h, w, c, k, kernel, stride, padding, dilation)
+    status, launch = sm90_host.plan(problem)
+    assert status == 0, sm90_host.status_string(status)
+    assert launch.grid[0] * launch.grid[1] * launch.grid[2] == math.ceil(problem.m / 64) * math.ceil(k / 128)
+    assert tuple(launch.block) == (256, 1, 1) and tuple(launch.cluster) == (1, 1, 1)
+    assert 64 * 1024 < launch.smem_bytes <= 227 * 1024 and launch.workspace_bytes == 0
+    assert 0 < launch.params_bytes <= PARAMS_CAPACITY
+    wrong = conv_problem(n, h, w, c, k, kernel, stride, padding, dilation, m=problem.m + 1)
+    assert sm90_host.plan(wrong)[0] == 101
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("change, status", [
+    (lambda p: setattr(p, "n", 24), "Error Invalid Problem"),                                  # K % 16
+    (lambda p: p.ext.__setitem__(3, 24) or setattr(p, "k", 216), "Error Invalid Problem"),    # C % 16
+    (lambda p: p.ext.__setitem__(5, (129 << 32) | 1) or setattr(p, "m", 2 * 265 * 7),
+     "Error Invalid Problem"),                                                                 # padding 129
+    (lambda p: p.ext.__setitem__(6, 0), "problem not supported by this kernel"),               # stride 0
+    (lambda p: p.scalar.__setitem__(0, 0.5), "problem not supported by this kernel"),          # fractional clamp
+])
+def test_host_library_rejects(sm90_host, change, status):
+    problem = conv_problem(2, 9, 7, 16, 32, (3, 3), padding=(1, 1))
+    change(problem)
+    code, _ = sm90_host.plan(problem)
+    assert code != 0 and sm90_host.status_string(code) == status
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_host_library_make_params_rejects_before_touching_the_driver(sm90_host):
+    """Null and misaligned tensors are refused before the TMA descriptors are encoded (which needs
+    the CUDA driver; this machine has none, so a problem that got that far would fail differently)."""
+    buf = ctypes.create_string_buffer(PARAMS_CAPACITY)
+    problem = conv_problem(2, 9, 7, 16, 32, (3, 3), padding=(1, 1))
+
+    def make(**pointers):
+        for slot, value in pointers.items():
+            problem.ptr[int(slot[1:])] = value
+        return sm90_host.make_params_fn(ctypes.byref(problem), None, ctypes.addressof(buf), PARAMS_CAPACITY)
+
+    misaligned = "Error Misaligned Operand"
+    assert make() == 101  # no tensors
+    assert sm90_host.status_string(make(p0=0x1008, p1=0x2000, p2=0x3000, p3=0x4000, p5=0x5000)) == misaligned  # x
+    assert sm90_host.status_string(make(p0=0x1000, p5=0x5004)) == misaligned   # out not 16-byte aligned
+    assert sm90_host.status_string(make(p5=0x5000, p4=0x6002)) == misaligned   # border not 4-byte aligned

@@ -165,14 +165,26 @@ def _conv2d_int8(target_sm: int) -> list[KernelSpec]:
     return [ConvInt8Spec(*config) for config in _CONV_CONFIGS[75 if target_sm == 75 else 80]]
 
 
-# Int8 conv2d on Sm90 (TMA im2col + WGMMA; channels in multiples of 16), as tile (M, N, K): the
-# Sm80 catalog's 128 x 128 and 128 x 64, a 64-row tile for small batches, and a 128-deep K step
-# for input channels in multiples of 128. Not yet measured (qgemm/heuristics.py CONV_PREFER_SM90).
-_CONV_SM90_TILES = [(128, 128, 64), (128, 64, 64), (64, 128, 64), (128, 128, 128)]
+# Int8 conv2d on Sm90 (TMA im2col + WGMMA; channels in multiples of 16), as (tile (M, N, K), stages,
+# threadblocks per SM): the Sm80 catalog's 128 x 128 and 128 x 64, a 64-row tile for small batches,
+# a 128-deep K step for input channels in multiples of 128, each filling shared memory with stages;
+# and two-per-SM versions of the narrow tiles (4 stages), whose epilogues overlap the other
+# threadblock's mainloop: the kernel is not persistent, and ResNet-50's K loops are short (9 steps
+# for a 3x3 over 64 channels). Not yet measured (qgemm/heuristics.py CONV_PREFER_SM90).
+_CONV_SM90_CONFIGS = [
+    ((128, 128, 64), 0, 1),
+    ((128, 64, 64), 0, 1),
+    ((64, 128, 64), 0, 1),
+    ((128, 128, 128), 0, 1),
+    ((128, 64, 64), 4, 2),
+    ((64, 128, 64), 4, 2),
+]
 
 
 def _conv2d_int8_sm90(target_sm: int) -> list[KernelSpec]:
-    return [ConvInt8Sm90Spec(tile) for tile in _CONV_SM90_TILES] if target_sm >= 90 else []
+    if target_sm < 90:
+        return []
+    return [ConvInt8Sm90Spec(tile, stages=stages, ctas_per_sm=ctas) for tile, stages, ctas in _CONV_SM90_CONFIGS]
 
 
 _FAMILY_CATALOGS = {

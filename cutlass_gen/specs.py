@@ -568,7 +568,11 @@ class ConvInt8Sm90Spec(KernelSpec):
     `tile` is (M, N, K) in the implicit GEMM: M output pixels (64 or 128: one warp group's WGMMA
     rows, 64 at a time), N output channels, K input channels per filter tap (64 or 128 int8: the
     64- and 128-byte shared-memory swizzles). `cluster` (M, N) multicasts a tile's filters or
-    activations to neighbouring CTAs. `stages` 0 lets CUTLASS fill shared memory with stages.
+    activations to neighbouring CTAs. `stages` 0 lets CUTLASS fill shared memory with stages (one
+    threadblock per SM). `ctas_per_sm` 2 asks for two resident threadblocks, so one's epilogue runs
+    under the other's mainloop (the kernel is not persistent): registers capped at 128 per thread
+    (a tile of at most 128 x 64 accumulators per warp group) and a fixed stage count whose
+    buffers fit half the shared memory.
     TMA moves 16-byte rows, so input and output channels must be multiples of 16.
     """
 
@@ -587,9 +591,13 @@ class ConvInt8Sm90Spec(KernelSpec):
     MAX_FILTER_SPAN: ClassVar[int] = 254
     MAX_STRIDE: ClassVar[int] = 8
 
+    # Shared memory per SM for a kernel's blocks (227 KB) less room for the epilogue's buffers.
+    MAINLOOP_SMEM_PER_SM: ClassVar[int] = 192 * 1024
+
     tile: tuple
     cluster: tuple = (1, 1)
     stages: int = 0
+    ctas_per_sm: int = 1
     arch: int = 90
 
     def __post_init__(self):
@@ -605,6 +613,16 @@ class ConvInt8Sm90Spec(KernelSpec):
             raise ValueError(f"cluster must be one of {self.CLUSTERS}, got {self.cluster}")
         if self.stages != 0 and not 2 <= self.stages <= 8:
             raise ValueError(f"stages must be 0 (as many as fit) or in [2, 8], got {self.stages}")
+        if self.ctas_per_sm not in (1, 2):
+            raise ValueError(f"ctas_per_sm must be 1 or 2, got {self.ctas_per_sm!r}")
+        if self.ctas_per_sm == 2:
+            if self.tile[0] * self.tile[1] > 128 * 64:
+                raise ValueError(f"ctas_per_sm 2 caps registers at 128 per thread: tile M x N at most 128 x 64 "
+                                 f"accumulators, got {self.tile[0]} x {self.tile[1]}")
+            stage_bytes = (self.tile[0] + self.tile[1]) * self.tile[2]
+            if not self.stages or 2 * self.stages * stage_bytes > self.MAINLOOP_SMEM_PER_SM:
+                raise ValueError(f"ctas_per_sm 2 needs a stage count whose buffers ({stage_bytes} bytes each) fit "
+                                 f"twice in {self.MAINLOOP_SMEM_PER_SM} bytes, got stages={self.stages}")
 
     def supports_channels(self, in_channels: int, out_channels: int) -> bool:
         return in_channels % self.alignment == 0 and out_channels % self.output_alignment == 0
@@ -621,7 +639,8 @@ class ConvInt8Sm90Spec(KernelSpec):
     def name(self) -> str:
         t, c = self.tile, self.cluster
         stages = f"_s{self.stages}" if self.stages else ""
-        return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}"
+        ctas = f"_{self.ctas_per_sm}cta" if self.ctas_per_sm > 1 else ""
+        return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}{ctas}"
 
 
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,

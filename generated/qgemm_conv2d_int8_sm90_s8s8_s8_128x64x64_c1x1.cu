@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_conv2d_int8_sm90_s8s8_s8_128x64x64_c1x1
-// spec:   ConvInt8Sm90Spec(tile=(128, 64, 64), cluster=(1, 1), stages=0, arch=90)
+// spec:   ConvInt8Sm90Spec(tile=(128, 64, 64), cluster=(1, 1), stages=0, ctas_per_sm=1, arch=90)
 
 // Requantized int8 conv2d forward on Sm90: the same operation and the same QgemmProblem slots as
 // conv2d_int8.cu.j2 (qgemm/conv/slots.h), on CUTLASS 3.x's implicit-GEMM conv: TMA im2col loads
@@ -69,6 +69,8 @@ using StrideD = typename Kernel::StrideD;
 struct Adapter {
   using Params = Kernel::Params;
   static int const kThreadCount = Kernel::MaxThreadsPerBlock;
+  // Threadblocks that must fit on one SM together (caps the registers per thread).
+  static int const kMinBlocksPerSm = 1;
 
   /// The problem's arguments, or false when its slots do not describe a valid convolution.
   static bool arguments(QgemmProblem const& p, Kernel::Arguments& args) {
@@ -151,4 +153,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm90_s8s8_s8_128x64x64_c1x1, qgemm_kernel::Adapter, "{\"arch\":90,\"cluster\":[1,1],\"family\":\"conv2d_int8_sm90\",\"stages\":0,\"tile\":[128,64,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm90_s8s8_s8_128x64x64_c1x1, qgemm_kernel::Adapter, "{\"arch\":90,\"cluster\":[1,1],\"ctas_per_sm\":1,\"family\":\"conv2d_int8_sm90\",\"stages\":0,\"tile\":[128,64,64]}")

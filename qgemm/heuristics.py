@@ -292,8 +292,9 @@ def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm
                           sm_count: int) -> ConvInt8Sm90Spec | None:
     """The Sm90 catalog kernel for this implicit GEMM, or None where none applies (target below
     sm90, channels not multiples of 16). The geometry is the caller's to check."""
+    # One threadblock per SM (the two-per-SM versions are timed by bench_conv.py --sweep).
     fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family)
-               if s.supports_channels(in_channels, out_channels)]
+               if s.supports_channels(in_channels, out_channels) and s.ctas_per_sm == 1]
     if not fitting:
         return None
     spec = _conv_tile(m, out_channels, sm_count, [s for s in fitting if s.tile[2] == 64])

@@ -36,6 +36,10 @@ TILE_64 = ConvInt8Sm90Spec((64, 128, 64))
     (dict(tile=(128, 128, 64), cluster=(2, 2)), "cluster must be one of"),
     (dict(tile=(128, 128, 64), stages=1), "stages must be 0"),
     (dict(tile=(128, 128, 64), arch=80), "arch must be 90"),
+    (dict(tile=(128, 128, 64), ctas_per_sm=3), "ctas_per_sm must be 1 or 2"),
+    (dict(tile=(128, 128, 64), stages=4, ctas_per_sm=2), "tile M x N at most 128 x 64"),
+    (dict(tile=(128, 64, 64), ctas_per_sm=2), "needs a stage count"),
+    (dict(tile=(128, 64, 128), stages=5, ctas_per_sm=2), "needs a stage count"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -45,6 +49,7 @@ def test_spec_rejects_invalid_configs(kwargs, message):
 def test_names_json_and_channels():
     spec = ConvInt8Sm90Spec((128, 64, 128), cluster=(2, 1), stages=4)
     assert spec.name == "qgemm_conv2d_int8_sm90_s8s8_s8_128x64x128_c2x1_s4"
+    assert ConvInt8Sm90Spec((64, 128, 64), stages=4, ctas_per_sm=2).name.endswith("_64x128x64_c1x1_s4_2cta")
     assert TILE_64.name == "qgemm_conv2d_int8_sm90_s8s8_s8_64x128x64_c1x1"
     assert spec_from_dict(spec.to_dict()) == spec
     assert spec.supports_target(90) and not spec.supports_target(80)
@@ -67,6 +72,8 @@ def test_render():
     assert "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90" in src
     assert "StageCountAutoCarveout" in src
     assert "StageCount<4>" in render(ConvInt8Sm90Spec((64, 128, 64), stages=4)).source
+    assert "kMinBlocksPerSm = 1;" in src
+    assert "kMinBlocksPerSm = 2;" in render(ConvInt8Sm90Spec((64, 128, 64), stages=4, ctas_per_sm=2)).source
 
 
 # --- the geometry TMA im2col takes ------------------------------------------------------------------
@@ -234,3 +241,15 @@ def test_host_library_make_params_rejects_before_touching_the_driver(sm90_host):
     assert sm90_host.status_string(make(p0=0x1008, p1=0x2000, p2=0x3000, p3=0x4000, p5=0x5000)) == misaligned  # x
     assert sm90_host.status_string(make(p0=0x1000, p5=0x5004)) == misaligned   # out not 16-byte aligned
     assert sm90_host.status_string(make(p5=0x5000, p4=0x6002)) == misaligned   # border not 4-byte aligned
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_two_per_sm_kernels_fit_twice(tmp_path):
+    """A catalog kernel asking for two threadblocks per SM gets them: its shared memory fits twice in
+    the 227 KB an H100 SM gives one kernel's blocks (the registers are capped by __launch_bounds__)."""
+    (spec,) = [s for s in catalog(90, "conv2d_int8_sm90") if s.ctas_per_sm == 2 and s.tile[0] == 128]
+    host = HostLibrary(str(build(spec, 90, tmp_path).so_path))
+    status, launch = host.plan(conv_problem(64, 56, 56, 64, 64, (3, 3), padding=(1, 1)))
+    assert status == 0, host.status_string(status)
+    assert 2 * launch.smem_bytes <= 227 * 1024

@@ -250,6 +250,14 @@ CONV_MIN_WAVE = 0.5
 # taps is a whole 64-deep K step for 4 channels). Still to be measured: 16 (the 16-byte kernels
 # and their larger tiles, the same waste per tap, four times the input copy's bytes).
 CONV_PAD_CHANNELS_TO = 4
+# Up to this many input channels (after padding), K runs over the packed (r, s, c) index (the
+# few-channels iterator) where the catalog has such a kernel at the chosen alignment: with the
+# optimized iterator each filter tap takes a whole 64-deep K step (conv1 at batch 64, Ci padded to
+# 4: 1226 us on the 64 x 64 alignment-4 kernel, 49 K steps of which 1/16 is used). 0 for now: the
+# Sm80 alignment-4 few-channels kernel compiles and has GPU tests (every catalog kernel is tested),
+# but no device session has run it yet; 16 is the intended value once it has been measured against
+# the 64 x 64 kernel on conv1 (bench_conv.py --sweep times both).
+CONV_FEW_CHANNELS_MAX = 0
 _CONV_MIN_ALIGNMENT = 4  # the narrowest access of the aligned kernels (Sm80 cp.async: 4 bytes)
 
 
@@ -285,7 +293,11 @@ def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int
     fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
     alignment = max(s.alignment for s in fitting)  # the alignment-1 kernel fits any channel count
     arch = max(s.arch for s in fitting if s.alignment == alignment)
-    return _conv_tile(m, out_channels, sm_count, [s for s in fitting if (s.alignment, s.arch) == (alignment, arch)])
+    fitting = [s for s in fitting if (s.alignment, s.arch) == (alignment, arch)]
+    few = [s for s in fitting if s.iterator == "few_channels"]
+    if few and in_channels <= CONV_FEW_CHANNELS_MAX:
+        return few[0]
+    return _conv_tile(m, out_channels, sm_count, [s for s in fitting if s.iterator != "few_channels"] or fitting)
 
 
 def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm: int,

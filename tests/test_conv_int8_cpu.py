@@ -26,6 +26,7 @@ from test_conv_quant_cpu import accumulate
 SM80_A16 = ConvInt8Spec(80, (128, 128, 64), (64, 64, 64), 3, 16)
 SM80_A4 = ConvInt8Spec(80, (64, 64, 64), (32, 32, 64), 4, 4)
 FEW = ConvInt8Spec(75, (128, 64, 64), (64, 32, 64), 2, 1, "few_channels")
+FEW80_A4 = ConvInt8Spec(80, (128, 64, 64), (64, 32, 64), 3, 4, "few_channels")
 
 
 # --- spec -------------------------------------------------------------------------------------------
@@ -121,6 +122,22 @@ RESNET50 = [
     (14, 1024, 512, 1, 1), (14, 512, 512, 3, 2), (7, 512, 2048, 1, 1), (14, 1024, 2048, 1, 2),
     (7, 2048, 512, 1, 1), (7, 512, 512, 3, 1),
 ]
+
+
+@pytest.mark.parametrize("m, ci, co, sm, name", [
+    (64 * 112 * 112, 4, 64, 90, FEW80_A4.name),                   # conv1 as a plan pads it: packed (r, s, c) K
+    (100, 12, 20, 80, FEW80_A4.name),
+    (100, 8, 20, 80, FEW80_A4.name),
+    (100, 20, 20, 80, SM80_A4.name),                              # past CONV_FEW_CHANNELS_MAX
+    (64 * 112 * 112, 4, 64, 75, "qgemm_conv2d_int8_sm75_s8s8_s8_64x64x64_w32x32x64_s2_a4"),  # none on sm75
+    (100, 16, 6, 80, FEW.name),                                   # Co not a multiple of 4: byte accesses
+])
+def test_few_channels_rule_once_enabled(monkeypatch, m, ci, co, sm, name):
+    """The rule CONV_FEW_CHANNELS_MAX switches on once the Sm80 few-channels kernel is measured (0 now)."""
+    assert heuristics.CONV_FEW_CHANNELS_MAX == 0
+    assert heuristics.conv_int8_choice(m, ci, co, sm, 132).iterator == ("few_channels" if co % 4 else "optimized")
+    monkeypatch.setattr(heuristics, "CONV_FEW_CHANNELS_MAX", 16)
+    assert heuristics.conv_int8_choice(m, ci, co, sm, 132).name == name
 
 
 @pytest.mark.parametrize("size, ci, co, k, stride", RESNET50)
@@ -666,7 +683,7 @@ def test_plan_builds_params_through_the_host_library(fake_gpu, a4_host):
     """The whole Python side against the compiled kernel: the plan's problem is one the host library
     plans and turns into Params (border included), for an input that takes this kernel."""
     kernels = fake_gpu((8, 0), host_for=lambda spec: a4_host if spec == SM80_A4 else None)
-    w_q, quant, bias = layer(co=20, ci=12, k=3, input_zero=-100)
+    w_q, quant, bias = layer(co=20, ci=20, k=3, input_zero=-100)  # (more than the few-channels kernel takes)
     plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=2, padding=3, dilation=2)
-    plan(x_nhwc(2, 13, 11, 12))
+    plan(x_nhwc(2, 13, 11, 20))
     assert [p.ptr[4] is not None for p in kernels[SM80_A4].problems] == [True]

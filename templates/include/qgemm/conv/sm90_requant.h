@@ -67,7 +67,7 @@ struct Sm90BorderAccumulator {
   };
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+  static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
     return {args.border, cutlass::FastDivmod(args.out_h * args.out_w), cutlass::FastDivmod(args.out_w),
             args.geometry};
   }

@@ -171,7 +171,7 @@ def test_padded_channels(ci, co, padded):
 # --- the epilogue visitor's index math, mirrored --------------------------------------------------
 
 def reaches_padding(p, q, h, w, kernel, stride, padding, dilation):
-    """requant_visitor.h reaches_padding: the first or last tap of output (p, q) is outside the image."""
+    """requant_math.h BorderGeometry::reaches_padding (both int8 conv epilogues): the first or last tap of output (p, q) is outside the image."""
     top, left = p * stride[0] - padding[0], q * stride[1] - padding[1]
     return ((top < 0) | (top + (kernel[0] - 1) * dilation[0] >= h)
             | (left < 0) | (left + (kernel[1] - 1) * dilation[1] >= w))

@@ -20,6 +20,8 @@
 #include "cutlass/conv/conv2d_problem_size.h"
 #include "cutlass/epilogue/threadblock/predicated_tile_iterator.h"
 
+#include "qgemm/conv/requant_math.h"
+
 namespace qgemm {
 namespace conv {
 
@@ -52,7 +54,7 @@ class RequantVisitor {
   struct Params {
     Arguments args;
     typename OutputTileIterator::Params output_params;
-    cutlass::conv::Conv2dProblemSize problem;
+    BorderGeometry geometry;
     cutlass::FastDivmod pq_divmod;  // GEMM row -> (image, p*Q + q)
     cutlass::FastDivmod q_divmod;   // p*Q + q -> (p, q)
 
@@ -61,7 +63,8 @@ class RequantVisitor {
     Params(Arguments const& args_, cutlass::conv::Conv2dProblemSize const& problem_)
         : args(args_),
           output_params(cutlass::layout::RowMajor(problem_.K)),
-          problem(problem_),
+          geometry{problem_.H, problem_.W, problem_.R, problem_.S, problem_.pad_h, problem_.pad_w,
+                   problem_.stride_h, problem_.stride_w, problem_.dilation_h, problem_.dilation_w},
           pq_divmod(problem_.P * problem_.Q),
           q_divmod(problem_.Q) {}
   };
@@ -112,7 +115,7 @@ class RequantVisitor {
       int image, pq, p, q;
       params_.pq_divmod(image, pq, coord.row());
       params_.q_divmod(p, q, pq);
-      if (reaches_padding(p, q)) {
+      if (params_.geometry.reaches_padding(p, q)) {
         BorderAccess border = *reinterpret_cast<BorderAccess const*>(
             params_.args.border + int64_t(pq) * extent_.column() + coord.column());
         CUTLASS_PRAGMA_UNROLL
@@ -123,10 +126,8 @@ class RequantVisitor {
     OutputAccess out;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kElementsPerAccess; ++i) {
-      // Explicit round-to-nearest intrinsics: no contraction into an FMA, the order of requantize.
-      float v = __fmul_rn(multiplier_[c][i], __fadd_rn(__int2float_rn(total[i]), fused_bias_[c][i]));
-      int rounded = __float2int_rn(v);  // half to even, as torch.round; saturates beyond int range
-      out[i] = int8_t(min(max(rounded, params_.args.clamp_lo), params_.args.clamp_hi));
+      out[i] = requantize(__int2float_rn(total[i]), multiplier_[c][i], fused_bias_[c][i], params_.args.clamp_lo,
+                          params_.args.clamp_hi);
     }
     reinterpret_cast<OutputAccess*>(&output_fragment_)[frag_idx] = out;
   }
@@ -140,17 +141,6 @@ class RequantVisitor {
   }
 
   CUTLASS_DEVICE void end_epilogue() {}
-
- private:
-  // Output (p, q) reads a padded tap iff its first tap lies before the image or its last tap
-  // beyond it, in either dimension (taps of one output are equally spaced by the dilation).
-  CUTLASS_DEVICE
-  bool reaches_padding(int p, int q) const {
-    auto const& s = params_.problem;
-    int h = p * s.stride_h - s.pad_h;
-    int w = q * s.stride_w - s.pad_w;
-    return h < 0 || h + (s.R - 1) * s.dilation_h >= s.H || w < 0 || w + (s.S - 1) * s.dilation_w >= s.W;
-  }
 };
 
 }  // namespace conv

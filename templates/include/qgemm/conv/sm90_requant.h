@@ -27,26 +27,10 @@
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
 
+#include "qgemm/conv/requant_math.h"
+
 namespace qgemm {
 namespace conv {
-
-/// The convolution's geometry as the border test needs it.
-struct BorderGeometry {
-  int h, w;                    // input extent
-  int r, s;                    // filter extent
-  int pad_h, pad_w;
-  int stride_h, stride_w;
-  int dilation_h, dilation_w;
-
-  // Output (p, q) reads a padded tap iff its first tap lies before the image or its last tap
-  // beyond it, in either dimension (taps of one output are equally spaced by the dilation).
-  CUTLASS_HOST_DEVICE
-  bool reaches_padding(int p, int q) const {
-    int top = p * stride_h - pad_h;
-    int left = q * stride_w - pad_w;
-    return top < 0 || top + (r - 1) * dilation_h >= h || left < 0 || left + (s - 1) * dilation_w >= w;
-  }
-};
 
 /// Leaf node: float(acc + border[p, q, k]), the border term read only for rows that reach the
 /// padding (and not at all when the table is null: Z_I = 0 or no padding).
@@ -188,10 +172,7 @@ struct Requantize<cutlass::Array<float, N>> {
     cutlass::Array<int8_t, N> out;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) {
-      // Explicit round-to-nearest intrinsics: no contraction into an FMA, the order of requantize.
-      float v = __fmul_rn(multiplier[i], __fadd_rn(shifted[i], fused_bias[i]));
-      int rounded = __float2int_rn(v);  // half to even, as torch.round; saturates beyond int range
-      out[i] = int8_t(min(max(rounded, args.clamp_lo), args.clamp_hi));
+      out[i] = qgemm::conv::requantize(shifted[i], multiplier[i], fused_bias[i], args.clamp_lo, args.clamp_hi);
     }
     return out;
   }

@@ -74,7 +74,6 @@ def label(spec) -> str:
     return f"sm{spec.arch} {tile} a{spec.alignment}{' few' if spec.iterator == 'few_channels' else ''}"
 
 
-
 def make_plan(ci: int, co: int, k: int, stride: int, padding: int) -> qgemm.ConvInt8Plan:
     w_q = torch.randint(-127, 128, (co, k, k, ci), dtype=torch.int8, device="cuda")
     quant = ConvInt8Quant(0.02, INPUT_ZERO, torch.rand(co) * 0.01 + 0.001, 0.05, -128, "relu")
@@ -142,7 +141,6 @@ def host_overhead_us() -> float:
     x = torch.randint(-128, 128, (1, 56, 56, 64), dtype=torch.int8, device="cuda")
     out = torch.empty_like(x)
     return host_us(lambda: plan(x, out))
-
 
 
 def summary(rows) -> dict:

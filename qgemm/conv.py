@@ -186,7 +186,7 @@ class ConvInt8Plan:
                                            self._sm_count, sm90_fits=self.sm90_fits)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
-                 choice: ConvInt8Spec | None = None) -> torch.Tensor:
+                 choice: ConvInt8Spec | ConvInt8Sm90Spec | None = None) -> torch.Tensor:
         """out_q for x_q (int8, `layout` "nhwc" or "nchw"); `choice` overrides the heuristic's
         kernel, for tuning."""
         if layout != "nhwc":
@@ -280,7 +280,7 @@ class ConvInt8Plan:
             raise ValueError(f"choice {spec.name} (TMA im2col) cannot run kernel {self.kernel_size}, stride "
                              f"{self.stride}, padding {self.padding}, dilation {self.dilation}: it needs stride <= "
                              f"{spec.MAX_STRIDE}, (kernel - 1) * dilation <= {spec.MAX_FILTER_SPAN}, and padding and "
-                             f"padding - (kernel - 1) * dilation within [-128, 127]")
+                             f"padding - (kernel - 1) * dilation within {list(spec.CORNER_RANGE)}")
         if not spec.supports_channels(self.padded_channels, self.out_channels):
             padded = f" (padded to {self.padded_channels})" if self._pads else ""
             raise ValueError(f"choice {spec.name} needs in_channels a multiple of {spec.alignment} and out_channels "

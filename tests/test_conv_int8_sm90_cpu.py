@@ -165,13 +165,17 @@ def test_plan_rejects_an_sm90_choice_past_tma_limits(fake_gpu):
         plan(x_nhwc(2, 19, 7, 16), choice=TILE_64)
 
 
-def test_plan_checks_x_alignment_for_an_sm90_choice(fake_gpu):
+def test_plan_checks_x_and_out_alignment_for_an_sm90_choice(fake_gpu):
     fake_gpu((9, 0))
     w_q, quant, bias = layer(co=32, ci=16)
     plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
     x = torch.empty(2 * 9 * 7 * 16 + 8, dtype=torch.int8)[8:].view(2, 9, 7, 16)
-    with pytest.raises(ValueError, match="16-byte"):
+    with pytest.raises(ValueError, match="x .*16-byte"):
         plan(x, choice=TILE_64)
+    # An output 4-byte aligned serves the Sm80 kernels, not TMA's 16-byte stores.
+    out = torch.empty(2 * 9 * 7 * 32 + 4, dtype=torch.int8)[4:].view(2, 9, 7, 32)
+    with pytest.raises(ValueError, match="out .*16-byte"):
+        plan(x_nhwc(2, 9, 7, 16), out, choice=TILE_64)
 
 
 # --- the compiled kernel's host library -------------------------------------------------------------

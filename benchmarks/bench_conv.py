@@ -69,7 +69,9 @@ INPUT_ZERO = -128
 
 def label(spec) -> str:
     if isinstance(spec, ConvInt8Sm90Spec):
-        return f"sm90 {'x'.join(map(str, spec.tile))}"
+        # Every field that tells two catalog kernels apart: the sweep's times are keyed by this.
+        two = f" s{spec.stages} {spec.ctas_per_sm}cta" if spec.ctas_per_sm > 1 else ""
+        return f"sm90 {'x'.join(map(str, spec.tile))}{two}"
     tile = f"{spec.tile[0]}x{spec.tile[1]}"
     return f"sm{spec.arch} {tile} a{spec.alignment}{' few' if spec.iterator == 'few_channels' else ''}"
 
@@ -105,8 +107,9 @@ def run(shapes, batches, sweep: bool) -> dict:
             row["cudnn_us"] = timed(lambda: F.conv2d(x16, w16, None, stride, padding))
             row["floor_us"] = (x.numel() + w16.numel() + out.numel()) / bw * 1e6
             if sweep:
-                times = {label(spec): timed(lambda: plan(x, out, choice=spec))
-                         for spec in sweep_kernels(plan, co)}
+                specs = sweep_kernels(plan, co)
+                assert len({label(s) for s in specs}) == len(specs), "two kernels share a sweep label"
+                times = {label(spec): timed(lambda: plan(x, out, choice=spec)) for spec in specs}
                 best = min(times, key=lambda key: times[key])
                 row["sweep"], row["best"] = times, (best, times[best])
             rows.append(row)

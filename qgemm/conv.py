@@ -2,6 +2,8 @@
 
     out_q[n, p, q, k] = clamp(round(M[k] * (acc + border[p, q, k] + FusedBias[k])))
 
+(border is stored per class of outputs reading the same padded taps: conv_quant.border_table.)
+
 acc is the int32 implicit-GEMM accumulator over the filter taps (zero padding in the quantized
 domain), M and FusedBias fold the per-tensor input and output quantization, the per-channel weight
 scales and the float bias (computed once per plan), and border makes padded taps count as the real
@@ -289,10 +291,11 @@ class ConvInt8Plan:
         return spec
 
     def _border(self, h: int, w: int) -> torch.Tensor | None:
-        """int32 [Ho, Wo, Co] correction for padded taps, or None where there is nothing to correct."""
+        """int32 [row classes, column classes, Co] correction for padded taps (conv_quant.border_table),
+        or None where there is nothing to correct."""
         if self.quant.input_zero == 0 or self.padding == (0, 0):
             return None
-        return cached(self._borders, (h, w), lambda: conv_quant.border_correction(
+        return cached(self._borders, (h, w), lambda: conv_quant.border_table(
             self.weight, (h, w), self.stride, self.padding, self.dilation, self.quant.input_zero))
 
 

@@ -103,6 +103,97 @@ def border_correction(w_q: torch.Tensor, in_hw, stride, padding, dilation, input
     return (input_zero * padded).permute(1, 2, 0).round().to(torch.int32).contiguous()
 
 
+def _edges(extent: int, kernel: int, stride: int, pad: int, dilation: int, out: int) -> tuple[int, int]:
+    """Along one dimension: how many outputs read padding before the image (a prefix: p * stride - pad
+    < 0) and after it (a suffix: p * stride - pad + (kernel - 1) * dilation >= extent)."""
+    before = min(out, -(-pad // stride))
+    span = extent + pad - (kernel - 1) * dilation
+    first_after = min(out, max(0, -(-span // stride)))
+    return before, out - first_after
+
+
+@dataclass(frozen=True)
+class BorderClasses:
+    """requant_math.h BorderClasses: outputs grouped by the padded taps they read. Along each
+    dimension class 0 is every output that reads no padding there, classes 1..before the prefix
+    that reads padding before the image, then the suffix counted from the last output. The border
+    table holds one row per (row class, column class) pair; index() is -1 where an output reads no
+    padding at all."""
+
+    out_h: int
+    out_w: int
+    top: int
+    bottom: int
+    left: int
+    right: int
+
+    @classmethod
+    def of(cls, in_hw, kernel_hw, stride, padding, dilation) -> "BorderClasses":
+        ho, wo = output_hw(in_hw, kernel_hw, stride, padding, dilation)
+        top, bottom = _edges(in_hw[0], kernel_hw[0], stride[0], padding[0], dilation[0], ho)
+        left, right = _edges(in_hw[1], kernel_hw[1], stride[1], padding[1], dilation[1], wo)
+        return cls(ho, wo, top, bottom, left, right)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return 1 + self.top + self.bottom, 1 + self.left + self.right
+
+    def row_class(self, p: torch.Tensor) -> torch.Tensor:
+        return _class(p, self.top, self.bottom, self.out_h)
+
+    def column_class(self, q: torch.Tensor) -> torch.Tensor:
+        return _class(q, self.left, self.right, self.out_w)
+
+    def index(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        row, column = self.row_class(p), self.column_class(q)
+        return torch.where((row | column) != 0, row * self.shape[1] + column, -1)
+
+    def representatives(self) -> tuple[list, list]:
+        """One output row and column per class (None for class 0: any output inside)."""
+        def one(before: int, after: int, out: int) -> list:
+            return [None] + list(range(before)) + [out - 1 - j for j in range(after)]
+        return one(self.top, self.bottom, self.out_h), one(self.left, self.right, self.out_w)
+
+
+def _class(i: torch.Tensor, before: int, after: int, out: int) -> torch.Tensor:
+    return torch.where(i < before, 1 + i, torch.where(i >= out - after, 1 + before + (out - 1 - i), 0))
+
+
+def border_table(w_q: torch.Tensor, in_hw, stride, padding, dilation, input_zero: int) -> torch.Tensor:
+    """int32 [row classes, column classes, Co], what the kernels read (BorderClasses): row (a, b)
+    is border_correction of any output of classes (a, b), computed from its representative."""
+    co, kh, kw, _ = w_q.shape
+    classes = BorderClasses.of(in_hw, (kh, kw), stride, padding, dilation)
+    tap_sum = w_q.to(torch.int64).sum(dim=3)  # [Co, Kh, Kw]: exact
+
+    def missing(index, extent, kernel, s, pad, d) -> torch.Tensor:
+        if index is None:  # class 0: no padded tap along this dimension
+            return torch.zeros(kernel, dtype=torch.bool)
+        taps = index * s - pad + torch.arange(kernel) * d
+        return (taps < 0) | (taps >= extent)
+
+    rows, columns = classes.representatives()
+    table = torch.empty(*classes.shape, co, dtype=torch.int64)
+    for a, p in enumerate(rows):
+        row_missing = missing(p, in_hw[0], kh, stride[0], padding[0], dilation[0])
+        for b, q in enumerate(columns):
+            column_missing = missing(q, in_hw[1], kw, stride[1], padding[1], dilation[1])
+            padded = (row_missing[:, None] | column_missing[None, :]).to(w_q.device)
+            table[a, b] = input_zero * (tap_sum * padded).sum(dim=(1, 2)).cpu()
+    return table.to(torch.int32).to(w_q.device).contiguous()
+
+
+def expand_border_table(table: torch.Tensor, classes: BorderClasses) -> torch.Tensor:
+    """The table as the kernels apply it, one row per output: int32 [Ho, Wo, Co] (zero where an
+    output reads no padding). Equals border_correction."""
+    p = torch.arange(classes.out_h).view(-1, 1)
+    q = torch.arange(classes.out_w).view(1, -1)
+    index = classes.index(p, q)
+    flat = table.reshape(-1, table.shape[-1])
+    full = flat[index.clamp(min=0).to(table.device)]
+    return torch.where((index >= 0).unsqueeze(-1).to(table.device), full, torch.zeros_like(full))
+
+
 def requantize(acc: torch.Tensor, multiplier: torch.Tensor, fused_bias: torch.Tensor, border: torch.Tensor,
                quant: ConvInt8Quant) -> torch.Tensor:
     """What the kernel's epilogue computes, in float32: acc int [N, Ho, Wo, Co] -> int8."""

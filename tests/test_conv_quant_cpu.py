@@ -8,12 +8,16 @@ agreement on at least 99% of the outputs.
 """
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from qgemm import conv_quant, reference
 from qgemm.conv_quant import ConvInt8Quant
+
+from conftest import requires_nvcc
 
 
 def accumulate(x_q, w_q, stride, padding, dilation):
@@ -94,3 +98,76 @@ def test_requant_params_checks_shapes():
         conv_quant.requant_params(torch.zeros(4, 3, 3, 8, dtype=torch.int8), torch.zeros(3), quant)
     with pytest.raises(TypeError, match="w_q must have dtype int8"):
         conv_quant.requant_params(torch.zeros(4, 3, 3, 8), None, quant)
+
+
+# --- one definition of the border classes: requant_math.h's, checked against conv_quant's ---------
+
+_CLASSES_PROGRAM = r"""
+#include <cstdio>
+#include "qgemm/conv/requant_math.h"
+int main() {
+  int v[12];
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d", v, v + 1, v + 2, v + 3, v + 4, v + 5, v + 6, v + 7,
+                    v + 8, v + 9, v + 10, v + 11) == 12) {
+    qgemm::conv::BorderClasses c =
+        qgemm::conv::BorderClasses::of({v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]}, v[10], v[11]);
+    std::printf("%d %d %d %d\n", c.top, c.bottom, c.left, c.right);
+  }
+}
+"""
+
+
+def _border_geometries():
+    """(H, W, R, S, pad, stride, dilation) over edges of every kind: none, prefix only, both, a row
+    in both (a filter wider than the padded image's interior), stride beyond the padding."""
+    rng = __import__("random").Random(5)
+    out = [(56, 56, 3, 3, (1, 1), (1, 1), (1, 1)), (224, 224, 7, 7, (3, 3), (2, 2), (1, 1)),
+           (7, 7, 3, 3, (1, 1), (2, 2), (1, 1)), (3, 2, 5, 4, (2, 2), (1, 1), (1, 1)), (6, 6, 1, 1, (0, 0), (2, 2), (1, 1))]
+    while len(out) < 300:
+        g = (rng.randint(1, 20), rng.randint(1, 20), rng.randint(1, 7), rng.randint(1, 7),
+             (rng.randint(0, 5), rng.randint(0, 5)), (rng.randint(1, 4), rng.randint(1, 4)),
+             (rng.randint(1, 3), rng.randint(1, 3)))
+        ho, wo = conv_quant.output_hw(g[:2], g[2:4], g[5], g[4], g[6])
+        if ho >= 1 and wo >= 1:
+            out.append(g)
+    return out
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_border_classes_agree_with_the_kernels_header(tmp_path):
+    """The kernels compute BorderClasses in their host code (requant_math.h); the plan sizes and fills
+    the table with conv_quant.BorderClasses. Both must count the same edge outputs, or the epilogue
+    would index past the table or read another class's row."""
+    from cutlass_gen.toolchain import toolchain
+    source = tmp_path / "classes.cu"
+    source.write_text(_CLASSES_PROGRAM)
+    binary = tmp_path / "classes"
+    tc = toolchain()
+    includes = [f"-I{d}" for d in tc.include_dirs]
+    subprocess.run([str(tc.nvcc), "-std=c++17", *includes, "-o", str(binary), str(source)], check=True,
+                   capture_output=True)
+    geometries = _border_geometries()
+    lines = []
+    for h, w, r, s, pad, stride, dilation in geometries:
+        ho, wo = conv_quant.output_hw((h, w), (r, s), stride, pad, dilation)
+        lines.append(f"{h} {w} {r} {s} {pad[0]} {pad[1]} {stride[0]} {stride[1]} {dilation[0]} {dilation[1]} {ho} {wo}")
+    result = subprocess.run([str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split())) for line in result.stdout.splitlines()]
+    assert len(got) == len(geometries)
+    for (h, w, r, s, pad, stride, dilation), counts in zip(geometries, got):
+        c = conv_quant.BorderClasses.of((h, w), (r, s), stride, pad, dilation)
+        assert counts == (c.top, c.bottom, c.left, c.right), (h, w, r, s, pad, stride, dilation)
+
+
+@pytest.mark.parametrize("geometry", _border_geometries()[:60])
+def test_border_table_applied_per_output_is_border_correction(geometry):
+    """Each class's row, computed from its representative output, is the correction of every output
+    of the class (and outputs without a class read no padding)."""
+    h, w, r, s, pad, stride, dilation = geometry
+    w_q = torch.randint(-127, 128, (5, r, s, 3), generator=torch.Generator().manual_seed(h * 31 + w), dtype=torch.int8)
+    full = conv_quant.border_correction(w_q, (h, w), stride, pad, dilation, -77)
+    table = conv_quant.border_table(w_q, (h, w), stride, pad, dilation, -77)
+    classes = conv_quant.BorderClasses.of((h, w), (r, s), stride, pad, dilation)
+    assert table.shape == (*classes.shape, 5) and table.dtype == torch.int32
+    assert torch.equal(conv_quant.expand_border_table(table, classes), full)

@@ -1,5 +1,5 @@
 // The per-element arithmetic both int8 conv epilogues share (requant_visitor.h for the CUTLASS
-// 2.x kernels, sm90_requant.h for the Sm90 ones): which outputs take the border term, and the
+// 2.x kernels, sm90_requant.h for the Sm90 ones): which border term an output takes, and the
 // float32 requantization of qgemm/conv_quant.py `requantize`, in its order.
 #pragma once
 
@@ -10,21 +10,64 @@
 namespace qgemm {
 namespace conv {
 
-/// The convolution's geometry as the border test needs it.
+/// The convolution's geometry as the border classes need it.
 struct BorderGeometry {
   int h, w;                    // input extent
   int r, s;                    // filter extent
   int pad_h, pad_w;
   int stride_h, stride_w;
   int dilation_h, dilation_w;
+};
 
-  // Output (p, q) reads a padded tap iff its first tap lies before the image or its last tap
-  // beyond it, in either dimension (taps of one output are equally spaced by the dilation).
-  CUTLASS_HOST_DEVICE
-  bool reaches_padding(int p, int q) const {
-    int top = p * stride_h - pad_h;
-    int left = q * stride_w - pad_w;
-    return top < 0 || top + (r - 1) * dilation_h >= h || left < 0 || left + (s - 1) * dilation_w >= w;
+/// Outputs grouped by the padded taps they read, so the border term is a small table
+/// [row classes, column classes, K] (conv_quant.border_table) instead of one row per output
+/// pixel: it stays in L1, and the epilogue's reads of it do not wait on L2 once per subtile.
+///
+/// Along each dimension, the outputs whose first tap lies before the image form a prefix (`top`
+/// rows) and those whose last tap lies beyond it a suffix (`bottom` rows). Class 0 is every other
+/// row (it reads no padding along that dimension); the prefix rows get classes 1..top, the suffix
+/// rows top+1..top+bottom counted from the last row. A row in both keeps its prefix class, whose
+/// table entry the host computes from that very row. index(p, q) is -1 where neither dimension
+/// reads padding: those outputs read nothing.
+struct BorderClasses {
+  int out_h = 1, out_w = 1;  // P, Q
+  int top = 0, bottom = 0, left = 0, right = 0;
+
+  /// Outputs whose first tap is before the image: p * stride - pad < 0.
+  static int edge_before(int pad, int stride, int out) {
+    int count = (pad + stride - 1) / stride;
+    return count < out ? count : out;
+  }
+
+  /// Outputs whose last tap is beyond the image: p * stride - pad + (filter - 1) * dilation >= in.
+  static int edge_after(int in, int filter, int pad, int stride, int dilation, int out) {
+    int span = in + pad - (filter - 1) * dilation;  // p * stride >= span
+    int first = span <= 0 ? 0 : (span + stride - 1) / stride;
+    first = first < out ? first : out;
+    return out - first;
+  }
+
+  static BorderClasses of(BorderGeometry const& g, int out_h, int out_w) {
+    BorderClasses c;
+    c.out_h = out_h;
+    c.out_w = out_w;
+    c.top = edge_before(g.pad_h, g.stride_h, out_h);
+    c.bottom = edge_after(g.h, g.r, g.pad_h, g.stride_h, g.dilation_h, out_h);
+    c.left = edge_before(g.pad_w, g.stride_w, out_w);
+    c.right = edge_after(g.w, g.s, g.pad_w, g.stride_w, g.dilation_w, out_w);
+    return c;
+  }
+
+  CUTLASS_HOST_DEVICE int row_class(int p) const {
+    return p < top ? 1 + p : (p >= out_h - bottom ? 1 + top + (out_h - 1 - p) : 0);
+  }
+  CUTLASS_HOST_DEVICE int column_class(int q) const {
+    return q < left ? 1 + q : (q >= out_w - right ? 1 + left + (out_w - 1 - q) : 0);
+  }
+  /// The row of (p, q) in the table viewed as [classes, K], or -1 where (p, q) reads no padding.
+  CUTLASS_HOST_DEVICE int index(int p, int q) const {
+    int row = row_class(p), column = column_class(q);
+    return (row | column) ? row * (1 + left + right) + column : -1;
   }
 };
 

@@ -3,14 +3,14 @@
 // Per output element (row = GEMM row n*P*Q + p*Q + q, column = output channel k), exactly the
 // float32 operations of qgemm/conv_quant.py `requantize`, in the same order:
 //
-//   v   = M[k] * (float(acc + border[p, q, k]) + FusedBias[k])     (round to nearest each step)
+//   v   = M[k] * (float(acc + border[class(p, q), k]) + FusedBias[k])   (round to nearest each step)
 //   out = clamp(round_half_even(v), lo, hi)                         (activation folded into lo, hi)
 //
 // so the output is bit-exact with `requantize` applied to the exact integer accumulator. The
 // border term corrects the outputs whose taps reach into the zero padding when the input zero
-// point Z_I is not 0 (conv_quant.border_correction); it is an integer and joins acc before the
-// one conversion to float. Interior outputs read no border value: the visitor tests each row's
-// first and last tap against the image, and only rows that reach the padding load the table.
+// point Z_I is not 0 (conv_quant.border_table); it is an integer and joins acc before the one
+// conversion to float. The table has one row per class of outputs that read the same padded taps
+// (requant_math.h BorderClasses), so it is small and stays in L1; interior outputs read nothing.
 #pragma once
 
 #include "cutlass/cutlass.h"
@@ -45,7 +45,7 @@ class RequantVisitor {
   struct Arguments {
     float const* multiplier;   // M [K]
     float const* fused_bias;   // FusedBias [K]
-    int32_t const* border;     // [P, Q, K], or null when no output reaches the padding with Z_I != 0
+    int32_t const* border;     // [row classes, column classes, K], or null when no output reaches the padding with Z_I != 0
     int8_t* output;            // [N*P*Q, K] row-major, i.e. NHWC [N, P, Q, K]
     int clamp_lo;
     int clamp_hi;
@@ -54,7 +54,7 @@ class RequantVisitor {
   struct Params {
     Arguments args;
     typename OutputTileIterator::Params output_params;
-    BorderGeometry geometry;
+    BorderClasses classes;
     cutlass::FastDivmod pq_divmod;  // GEMM row -> (image, p*Q + q)
     cutlass::FastDivmod q_divmod;   // p*Q + q -> (p, q)
 
@@ -63,8 +63,9 @@ class RequantVisitor {
     Params(Arguments const& args_, cutlass::conv::Conv2dProblemSize const& problem_)
         : args(args_),
           output_params(cutlass::layout::RowMajor(problem_.K)),
-          geometry{problem_.H, problem_.W, problem_.R, problem_.S, problem_.pad_h, problem_.pad_w,
-                   problem_.stride_h, problem_.stride_w, problem_.dilation_h, problem_.dilation_w},
+          classes(BorderClasses::of({problem_.H, problem_.W, problem_.R, problem_.S, problem_.pad_h, problem_.pad_w,
+                                     problem_.stride_h, problem_.stride_w, problem_.dilation_h, problem_.dilation_w},
+                                    problem_.P, problem_.Q)),
           pq_divmod(problem_.P * problem_.Q),
           q_divmod(problem_.Q) {}
   };
@@ -115,9 +116,10 @@ class RequantVisitor {
       int image, pq, p, q;
       params_.pq_divmod(image, pq, coord.row());
       params_.q_divmod(p, q, pq);
-      if (params_.geometry.reaches_padding(p, q)) {
+      int index = params_.classes.index(p, q);
+      if (index >= 0) {
         BorderAccess border = *reinterpret_cast<BorderAccess const*>(
-            params_.args.border + int64_t(pq) * extent_.column() + coord.column());
+            params_.args.border + int64_t(index) * extent_.column() + coord.column());
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kElementsPerAccess; ++i) total[i] += border[i];
       }

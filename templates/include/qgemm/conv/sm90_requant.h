@@ -2,7 +2,7 @@
 // counterpart of requant_visitor.h for the CUTLASS 2.x kernels. Per output element (row m =
 // n*P*Q + p*Q + q, column k), exactly the float32 operations of qgemm/conv_quant.py `requantize`:
 //
-//   t   = float(acc + border[p, q, k])                           (border only where (p, q) reads padding)
+//   t   = float(acc + border[class(p, q), k])                    (border only where (p, q) reads padding)
 //   v   = M[k] * (t + FusedBias[k])                              (round to nearest each step)
 //   out = clamp(round_half_even(v), lo, hi)
 //
@@ -13,8 +13,9 @@
 //     Sm90RowBroadcast                 FusedBias[k]
 //     Sm90RowBroadcast                 M[k]
 //
-// The border term (conv_quant.border_correction) makes padded taps count as the real value 0
-// when the input zero point Z_I is not 0: TMA's im2col loads fill them with the integer 0.
+// The border term (conv_quant.border_table, indexed by requant_math.h's BorderClasses) makes
+// padded taps count as the real value 0 when the input zero point Z_I is not 0: TMA's im2col
+// loads fill them with the integer 0.
 #pragma once
 
 #include <cstdint>
@@ -32,33 +33,32 @@
 namespace qgemm {
 namespace conv {
 
-/// Leaf node: float(acc + border[p, q, k]), the border term read only for rows that reach the
-/// padding (and not at all when the table is null: Z_I = 0 or no padding).
+/// Leaf node: float(acc + border[class(p, q), k]), the border term read only for rows that reach
+/// the padding (and not at all when the table is null: Z_I = 0 or no padding).
 struct Sm90BorderAccumulator {
   struct SharedStorage {};
 
   struct Arguments {
-    int32_t const* border = nullptr;  // int32 [P, Q, K], or null
-    int out_h = 1, out_w = 1;         // P, Q
-    BorderGeometry geometry{};
+    int32_t const* border = nullptr;  // int32 [row classes, column classes, K], or null
+    BorderClasses classes{};          // with P and Q
   };
 
   struct Params {
     int32_t const* border;
     cutlass::FastDivmod pq_divmod;  // GEMM row -> (image, p*Q + q)
     cutlass::FastDivmod q_divmod;   // p*Q + q -> (p, q)
-    BorderGeometry geometry;
+    BorderClasses classes;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return {args.border, cutlass::FastDivmod(args.out_h * args.out_w), cutlass::FastDivmod(args.out_w),
-            args.geometry};
+    return {args.border, cutlass::FastDivmod(args.classes.out_h * args.classes.out_w),
+            cutlass::FastDivmod(args.classes.out_w), args.classes};
   }
 
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.out_h > 0 && args.out_w > 0;
+    return args.classes.out_h > 0 && args.classes.out_w > 0;
   }
 
   template <class ProblemShape>
@@ -98,7 +98,7 @@ struct Sm90BorderAccumulator {
     Params const* params_ptr;
 
     // Before each subtile: its border terms into registers. Elements of one row share its
-    // (p, q) and the test; the table is read only where the test holds.
+    // (p, q) and class; the table (a few KB: L1-resident) is read only where the class says so.
     CUTLASS_DEVICE void begin_loop(int epi_m, int epi_n) {
       using namespace cute;
       Params const& params = *params_ptr;
@@ -113,9 +113,8 @@ struct Sm90BorderAccumulator {
           int image, pq, p, q;
           params.pq_divmod(image, pq, row);
           params.q_divmod(p, q, pq);
-          if (params.geometry.reaches_padding(p, q)) {
-            border = __ldg(params.border + int64_t(pq) * columns + column);
-          }
+          int index = params.classes.index(p, q);
+          if (index >= 0) border = __ldg(params.border + int64_t(index) * columns + column);
         }
         tC_rBorder(i) = border;
       }

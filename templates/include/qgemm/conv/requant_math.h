@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cutlass/cutlass.h"
+#include "cutlass/fast_math.h"
 
 namespace qgemm {
 namespace conv {
@@ -70,6 +71,15 @@ struct BorderClasses {
     return (row | column) ? row * (1 + left + right) + column : -1;
   }
 };
+
+/// cutlass::FastDivmod's quotient and remainder without its branch: FastDivmod evaluates the
+/// multiply only when the divisor is not 1, which the compiler keeps as a branch per call and then
+/// cannot share the work between equal dividends. Here the divisor-1 case is a select.
+CUTLASS_DEVICE void divmod(cutlass::FastDivmod const& d, int& quotient, int& remainder, int dividend) {
+  int product = int(__umulhi(unsigned(dividend), d.multiplier) >> d.shift_right);
+  quotient = d.divisor == 1 ? dividend : product;
+  remainder = dividend - quotient * d.divisor;
+}
 
 /// clamp(round_half_even(M * (t + FusedBias)), lo, hi) for t = float(acc + border).
 CUTLASS_DEVICE int8_t requantize(float shifted, float multiplier, float fused_bias, int clamp_lo, int clamp_hi) {

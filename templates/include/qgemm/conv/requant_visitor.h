@@ -112,17 +112,21 @@ class RequantVisitor {
     int c = frag_idx % kColumnAccesses;  // the thread map's column index runs fastest
 
     AccumulatorFragment total = accum;
-    if (params_.args.border && coord.row() < extent_.row() && coord.column() < extent_.column()) {
+    if (params_.args.border) {
+      // Branch-free but for the table's presence (as in sm90_requant.h): the access loads from the
+      // table (a few KB, L1-resident) unconditionally, from row 0 where it reads no padding, and
+      // adds only where it does.
       int image, pq, p, q;
-      params_.pq_divmod(image, pq, coord.row());
-      params_.q_divmod(p, q, pq);
+      divmod(params_.pq_divmod, image, pq, coord.row());
+      divmod(params_.q_divmod, p, q, pq);
       int index = params_.classes.index(p, q);
-      if (index >= 0) {
-        BorderAccess border = *reinterpret_cast<BorderAccess const*>(
-            params_.args.border + int64_t(index) * extent_.column() + coord.column());
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kElementsPerAccess; ++i) total[i] += border[i];
-      }
+      int columns = extent_.column();
+      int column = coord.column() < columns ? coord.column() : columns - kElementsPerAccess;
+      BorderAccess border = *reinterpret_cast<BorderAccess const*>(
+          params_.args.border + int64_t(index < 0 ? 0 : index) * columns + column);
+      bool reads = (index >= 0) & (coord.row() < extent_.row()) & (coord.column() < columns);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kElementsPerAccess; ++i) total[i] += reads ? border[i] : 0;
     }
 
     OutputAccess out;

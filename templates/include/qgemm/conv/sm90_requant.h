@@ -97,26 +97,34 @@ struct Sm90BorderAccumulator {
     int rows, columns;   // M = N*P*Q and K
     Params const* params_ptr;
 
-    // Before each subtile: its border terms into registers. Elements of one row share its
-    // (p, q) and class; the table (a few KB: L1-resident) is read only where the class says so.
+    // Before each subtile: its border terms into registers. Branch-free apart from the predicated
+    // load: an element's (p, q) and class depend on its row only, so the compiler computes them
+    // once per distinct row (a thread's 16 elements of a 64x32 subtile span 2 rows). With a branch
+    // per element it could not, and a consumer warp, alone on its scheduler, spent ~75
+    // instructions per element here: 3 to 5x the whole kernel's time without a border (ncu).
     CUTLASS_DEVICE void begin_loop(int epi_m, int epi_n) {
       using namespace cute;
-      Params const& params = *params_ptr;
-      if (params.border == nullptr) return;
+      int32_t const* border = params_ptr->border;
+      if (border == nullptr) return;
+      cutlass::FastDivmod const pq_divmod = params_ptr->pq_divmod;
+      cutlass::FastDivmod const q_divmod = params_ptr->q_divmod;
+      BorderClasses const classes = params_ptr->classes;
       Tensor tC_cD_mn = tC_cD(_, _, _, epi_m, epi_n);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tC_rBorder); ++i) {
         int row = get<0>(tC_cD_mn(i));
         int column = get<1>(tC_cD_mn(i));
-        int32_t border = 0;
-        if (row < rows && column < columns) {
-          int image, pq, p, q;
-          params.pq_divmod(image, pq, row);
-          params.q_divmod(p, q, pq);
-          int index = params.classes.index(p, q);
-          if (index >= 0) border = __ldg(params.border + int64_t(index) * columns + column);
-        }
-        tC_rBorder(i) = border;
+        int image, pq, p, q;
+        divmod(pq_divmod, image, pq, row);
+        divmod(q_divmod, p, q, pq);
+        int index = classes.index(p, q);  // the table's row, or -1: no padded tap
+        // Every element loads (an L1 hit: the table is a few KB), from row 0 where it reads no
+        // padding, and keeps the value only where it does: no branch for the compiler to sink the
+        // per-row address into.
+        int32_t const* table_row = border + int64_t(index < 0 ? 0 : index) * columns;
+        int32_t value = __ldg(table_row + (column < columns ? column : columns - 1));
+        bool reads = (index >= 0) & (row < rows) & (column < columns);
+        tC_rBorder(i) = reads ? value : 0;
       }
     }
 

@@ -90,8 +90,8 @@ struct Adapter {
 
     qgemm::conv::Sm90BorderAccumulator::Arguments border;
     border.border = static_cast<int32_t const*>(p.ptr[4]);
-    border.classes = qgemm::conv::BorderClasses::of(
-        {c.h, c.w, c.r, c.s, c.pad_h, c.pad_w, c.stride_h, c.stride_w, c.dilation_h, c.dilation_w}, c.out_h, c.out_w);
+    border.out_h = c.out_h;
+    border.out_w = c.out_w;
     auto const fused_bias = static_cast<float const*>(p.ptr[3]);
     auto const multiplier = static_cast<float const*>(p.ptr[2]);
 

@@ -2,7 +2,8 @@
 
     out_q[n, p, q, k] = clamp(round(M[k] * (acc + border[p, q, k] + FusedBias[k])))
 
-(border is stored per class of outputs reading the same padded taps: conv_quant.border_table.)
+(border is stored per class of outputs reading the same padded taps, with each output pixel's
+class: conv_quant.border_buffer.)
 
 acc is the int32 implicit-GEMM accumulator over the filter taps (zero padding in the quantized
 domain), M and FusedBias fold the per-tensor input and output quantization, the per-channel weight
@@ -291,11 +292,11 @@ class ConvInt8Plan:
         return spec
 
     def _border(self, h: int, w: int) -> torch.Tensor | None:
-        """int32 [row classes, column classes, Co] correction for padded taps (conv_quant.border_table),
-        or None where there is nothing to correct."""
+        """The correction for padded taps as the kernels read it (conv_quant.border_buffer), or None
+        where there is nothing to correct."""
         if self.quant.input_zero == 0 or self.padding == (0, 0):
             return None
-        return cached(self._borders, (h, w), lambda: conv_quant.border_table(
+        return cached(self._borders, (h, w), lambda: conv_quant.border_buffer(
             self.weight, (h, w), self.stride, self.padding, self.dilation, self.quant.input_zero))
 
 

@@ -114,7 +114,7 @@ def _edges(extent: int, kernel: int, stride: int, pad: int, dilation: int, out: 
 
 @dataclass(frozen=True)
 class BorderClasses:
-    """requant_math.h BorderClasses: outputs grouped by the padded taps they read. Along each
+    """Outputs grouped by the padded taps they read (border_buffer records each pixel's class). Along each
     dimension class 0 is every output that reads no padding there, classes 1..before the prefix
     that reads padding before the image, then the suffix counted from the last output. The border
     table holds one row per (row class, column class) pair; index() is -1 where an output reads no
@@ -160,8 +160,8 @@ def _class(i: torch.Tensor, before: int, after: int, out: int) -> torch.Tensor:
 
 
 def border_table(w_q: torch.Tensor, in_hw, stride, padding, dilation, input_zero: int) -> torch.Tensor:
-    """int32 [row classes, column classes, Co], what the kernels read (BorderClasses): row (a, b)
-    is border_correction of any output of classes (a, b), computed from its representative."""
+    """int32 [row classes, column classes, Co] (BorderClasses), the table part of border_buffer: row
+    (a, b) is border_correction of any output of classes (a, b), computed from its representative."""
     co, kh, kw, _ = w_q.shape
     classes = BorderClasses.of(in_hw, (kh, kw), stride, padding, dilation)
     tap_sum = w_q.to(torch.int64).sum(dim=3)  # [Co, Kh, Kw]: exact
@@ -192,6 +192,47 @@ def expand_border_table(table: torch.Tensor, classes: BorderClasses) -> torch.Te
     flat = table.reshape(-1, table.shape[-1])
     full = flat[index.clamp(min=0).to(table.device)]
     return torch.where((index >= 0).unsqueeze(-1).to(table.device), full, torch.zeros_like(full))
+
+
+# The offsets part of a border buffer is padded to this many entries, so the table behind it starts
+# 64-byte aligned (the Sm80 epilogue loads up to 16 int32 at once).
+BORDER_TABLE_ALIGN = 16
+
+
+def border_buffer(w_q: torch.Tensor, in_hw, stride, padding, dilation, input_zero: int) -> torch.Tensor:
+    """What the int8 conv kernels read for the border term (slot ptr[4]): one int32 buffer
+
+        [0, P*Q)            per output pixel pq = p*Q + q: where its row of the table starts in this
+                            buffer, or -1 where the pixel reads no padding
+        [head, ...)         border_table flattened, [classes, Co]; head = P*Q rounded up to
+                            BORDER_TABLE_ALIGN
+
+    so the epilogue does per output element one divmod (GEMM row -> pq) and two L1-friendly loads,
+    with no class arithmetic of its own."""
+    co = w_q.shape[0]
+    classes = BorderClasses.of(in_hw, w_q.shape[1:3], stride, padding, dilation)
+    table = border_table(w_q, in_hw, stride, padding, dilation, input_zero)
+    pixels = classes.out_h * classes.out_w
+    head = -(-pixels // BORDER_TABLE_ALIGN) * BORDER_TABLE_ALIGN
+    p = torch.arange(classes.out_h).view(-1, 1)
+    q = torch.arange(classes.out_w).view(1, -1)
+    index = classes.index(p, q).reshape(-1)
+    offsets = torch.where(index >= 0, head + index * co, -1).to(torch.int32)
+    buffer = torch.full((head + table.numel(),), -1, dtype=torch.int32)
+    buffer[:pixels] = offsets
+    buffer[head:] = table.reshape(-1).cpu()
+    return buffer.to(w_q.device)
+
+
+def expand_border_buffer(buffer: torch.Tensor, out_hw, out_channels: int) -> torch.Tensor:
+    """The buffer as the kernels apply it: int32 [Ho, Wo, Co] (zero where a pixel reads no padding).
+    Equals border_correction."""
+    pixels = out_hw[0] * out_hw[1]
+    offsets = buffer[:pixels].long()
+    rows = offsets.clamp(min=0).view(-1, 1) + torch.arange(out_channels, device=buffer.device).view(1, -1)
+    values = torch.where((offsets >= 0).view(-1, 1), buffer[rows], torch.zeros((), dtype=buffer.dtype,
+                                                                                 device=buffer.device))
+    return values.view(*out_hw, out_channels)
 
 
 def requantize(acc: torch.Tensor, multiplier: torch.Tensor, fused_bias: torch.Tensor, border: torch.Tensor,

@@ -178,19 +178,16 @@ def reaches_padding(p, q, h, w, kernel, stride, padding, dilation):
             | (left < 0) | (left + (kernel[1] - 1) * dilation[1] >= w))
 
 
-def visitor_epilogue(acc, multiplier, fused_bias, table, quant, in_hw, w_q, stride, padding, dilation):
-    """The visitor on a whole [N*P*Q, K] accumulator: GEMM row -> (image, pq) -> (p, q) -> the
-    border class index (requant_math.h BorderClasses); the table is read only for index >= 0; then
-    the float32 requantization."""
+def visitor_epilogue(acc, multiplier, fused_bias, buffer, quant):
+    """The epilogues (requant_math.h border_row) on a whole [N*P*Q, K] accumulator: GEMM row ->
+    (image, pq) -> the pixel's offset in the border buffer; the table row there is added where the
+    offset is not -1; then the float32 requantization."""
     n, ho, wo, k = acc.shape
-    classes = conv_quant.BorderClasses.of(in_hw, w_q.shape[1:3], stride, padding, dilation)
     rows = torch.arange(n * ho * wo)
-    pq = rows % (ho * wo)
-    p, q = pq // wo, pq % wo
+    offset = buffer[rows % (ho * wo)].long()
+    reads = offset >= 0
     total = acc.reshape(-1, k).clone()
-    index = classes.index(p, q)
-    reads = index >= 0
-    total[reads] += table.reshape(-1, k)[index[reads]]
+    total[reads] += buffer[offset[reads].view(-1, 1) + torch.arange(k).view(1, -1)]
     lo, hi = quant.clamp_bounds()
     value = multiplier * (total.float() + fused_bias)
     return torch.round(value).clamp(lo, hi).to(torch.int8).reshape(n, ho, wo, k)
@@ -207,21 +204,20 @@ GEOMETRIES = [  # (N, H, W, Ci, Co, (Kh, Kw), stride, padding, dilation)
 
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 def test_border_is_read_exactly_where_an_output_reaches_the_padding(geometry):
-    """The visitor reads the border table only for outputs of an edge class: that must lose nothing.
-    An output has a class index exactly when its first or last tap is outside the image, and the
-    per-class table, applied per output, is border_correction (zero inside; with generic weights
-    non-zero at every output that reads padding)."""
+    """The epilogues read the border table only for pixels with an offset in the buffer: that must
+    lose nothing. A pixel has one exactly when its first or last tap is outside the image, and the
+    buffer, applied per output, is border_correction (zero inside; with generic weights non-zero at
+    every output that reads padding)."""
     n, h, w, ci, co, kernel, stride, padding, dilation = geometry
     w_q = torch.randint(-127, 128, (co, *kernel, ci), generator=torch.Generator().manual_seed(h), dtype=torch.int8)
     border = conv_quant.border_correction(w_q, (h, w), stride, padding, dilation, 57)
     ho, wo = border.shape[:2]
     p, q = torch.meshgrid(torch.arange(ho), torch.arange(wo), indexing="ij")
     reads = reaches_padding(p, q, h, w, kernel, stride, padding, dilation)
-    classes = conv_quant.BorderClasses.of((h, w), kernel, stride, padding, dilation)
-    assert torch.equal(classes.index(p, q) >= 0, reads)
+    buffer = conv_quant.border_buffer(w_q, (h, w), stride, padding, dilation, 57)
+    assert torch.equal(buffer[:ho * wo].view(ho, wo) >= 0, reads)
     assert torch.equal(reads, (border != 0).any(dim=2))
-    table = conv_quant.border_table(w_q, (h, w), stride, padding, dilation, 57)
-    assert torch.equal(conv_quant.expand_border_table(table, classes), border)
+    assert torch.equal(conv_quant.expand_border_buffer(buffer, (ho, wo), co), border)
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES)
@@ -235,10 +231,10 @@ def test_visitor_mirror_is_bit_exact_with_requantize(geometry, activation):
     bias = torch.randn(co, generator=g)
     multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)
     border = conv_quant.border_correction(w_q, (h, w), stride, padding, dilation, quant.input_zero)
-    table = conv_quant.border_table(w_q, (h, w), stride, padding, dilation, quant.input_zero)
+    buffer = conv_quant.border_buffer(w_q, (h, w), stride, padding, dilation, quant.input_zero)
     acc = accumulate(x_q, w_q, stride, padding, dilation)
     expected = conv_quant.requantize(acc, multiplier, fused_bias, border, quant)
-    got = visitor_epilogue(acc, multiplier, fused_bias, table, quant, (h, w), w_q, stride, padding, dilation)
+    got = visitor_epilogue(acc, multiplier, fused_bias, buffer, quant)
     assert torch.equal(got, expected)
 
 
@@ -317,10 +313,10 @@ def test_plan_fills_the_problem_slots(fake_gpu):
     assert p.ptr[0] == x.data_ptr() and p.ptr[1] == w_q.data_ptr() and p.ptr[5] == out.data_ptr()
     assert p.ptr[2] == plan.multiplier.data_ptr() and p.ptr[3] == plan.fused_bias.data_ptr()
     border = plan._calls[(2, 9, 7)].border
-    # The per-class table: rows 1 + 1 + 1 (p = 0 and p = 4 read padding), columns 1 + 2 + 2.
-    classes = conv_quant.BorderClasses.of((9, 7), (3, 3), (2, 1), (1, 2), (1, 2))
-    assert p.ptr[4] == border.data_ptr() and border.shape == (*classes.shape, 8) == (3, 5, 8)
-    assert torch.equal(conv_quant.expand_border_table(border, classes),
+    # The buffer: 5 * 7 pixel offsets padded to 48, then the per-class table of rows 1 + 1 + 1
+    # (p = 0 and p = 4 read padding) by columns 1 + 2 + 2, 8 channels each.
+    assert p.ptr[4] == border.data_ptr() and border.shape == (48 + 3 * 5 * 8,)
+    assert torch.equal(conv_quant.expand_border_buffer(border, (ho, wo), 8),
                        conv_quant.border_correction(plan.weight, (9, 7), (2, 1), (1, 2), (1, 2), quant.input_zero))
     assert (p.scalar[0], p.scalar[1]) == quant.clamp_bounds() == (-7, 5)  # Z_O + round(6 / 0.5)
 
@@ -407,7 +403,7 @@ def test_padding_leaves_fused_bias_and_border_unchanged(fake_gpu):
     assert plan.padded_channels == 4
     multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)
     assert torch.equal(plan.multiplier, multiplier) and torch.equal(plan.fused_bias, fused_bias)
-    border = conv_quant.border_table(w_q, (21, 19), conv["stride"], conv["padding"], conv["dilation"], 57)
+    border = conv_quant.border_buffer(w_q, (21, 19), conv["stride"], conv["padding"], conv["dilation"], 57)
     assert border.abs().max() > 0 and torch.equal(plan._border(21, 19), border)
     x = x_nhwc(2, 21, 19, 3)
     for fill in (57, -128, 127):

@@ -8,16 +8,12 @@ agreement on at least 99% of the outputs.
 """
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from qgemm import conv_quant, reference
 from qgemm.conv_quant import ConvInt8Quant
-
-from conftest import requires_nvcc
 
 
 def accumulate(x_q, w_q, stride, padding, dilation):
@@ -100,22 +96,7 @@ def test_requant_params_checks_shapes():
         conv_quant.requant_params(torch.zeros(4, 3, 3, 8), None, quant)
 
 
-# --- one definition of the border classes: requant_math.h's, checked against conv_quant's ---------
-
-_CLASSES_PROGRAM = r"""
-#include <cstdio>
-#include "qgemm/conv/requant_math.h"
-int main() {
-  int v[12];
-  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d", v, v + 1, v + 2, v + 3, v + 4, v + 5, v + 6, v + 7,
-                    v + 8, v + 9, v + 10, v + 11) == 12) {
-    qgemm::conv::BorderClasses c =
-        qgemm::conv::BorderClasses::of({v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]}, v[10], v[11]);
-    std::printf("%d %d %d %d\n", c.top, c.bottom, c.left, c.right);
-  }
-}
-"""
-
+# --- the border term: per class of outputs, and the buffer the kernels read ---------------------
 
 def _border_geometries():
     """(H, W, R, S, pad, stride, dilation) over edges of every kind: none, prefix only, both, a row
@@ -133,33 +114,6 @@ def _border_geometries():
     return out
 
 
-@requires_nvcc
-@pytest.mark.nvcc
-def test_border_classes_agree_with_the_kernels_header(tmp_path):
-    """The kernels compute BorderClasses in their host code (requant_math.h); the plan sizes and fills
-    the table with conv_quant.BorderClasses. Both must count the same edge outputs, or the epilogue
-    would index past the table or read another class's row."""
-    from cutlass_gen.toolchain import toolchain
-    source = tmp_path / "classes.cu"
-    source.write_text(_CLASSES_PROGRAM)
-    binary = tmp_path / "classes"
-    tc = toolchain()
-    includes = [f"-I{d}" for d in tc.include_dirs]
-    subprocess.run([str(tc.nvcc), "-std=c++17", *includes, "-o", str(binary), str(source)], check=True,
-                   capture_output=True)
-    geometries = _border_geometries()
-    lines = []
-    for h, w, r, s, pad, stride, dilation in geometries:
-        ho, wo = conv_quant.output_hw((h, w), (r, s), stride, pad, dilation)
-        lines.append(f"{h} {w} {r} {s} {pad[0]} {pad[1]} {stride[0]} {stride[1]} {dilation[0]} {dilation[1]} {ho} {wo}")
-    result = subprocess.run([str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
-    got = [tuple(map(int, line.split())) for line in result.stdout.splitlines()]
-    assert len(got) == len(geometries)
-    for (h, w, r, s, pad, stride, dilation), counts in zip(geometries, got):
-        c = conv_quant.BorderClasses.of((h, w), (r, s), stride, pad, dilation)
-        assert counts == (c.top, c.bottom, c.left, c.right), (h, w, r, s, pad, stride, dilation)
-
-
 @pytest.mark.parametrize("geometry", _border_geometries()[:60])
 def test_border_table_applied_per_output_is_border_correction(geometry):
     """Each class's row, computed from its representative output, is the correction of every output
@@ -171,3 +125,25 @@ def test_border_table_applied_per_output_is_border_correction(geometry):
     classes = conv_quant.BorderClasses.of((h, w), (r, s), stride, pad, dilation)
     assert table.shape == (*classes.shape, 5) and table.dtype == torch.int32
     assert torch.equal(conv_quant.expand_border_table(table, classes), full)
+
+
+@pytest.mark.parametrize("geometry", _border_geometries()[::5])
+def test_border_buffer_applied_per_output_is_border_correction(geometry):
+    """The buffer the kernels read (slot ptr[4]): per output pixel an offset into the table behind it,
+    or -1 for pixels that read no padding; applied per output it is border_correction. The table
+    starts BORDER_TABLE_ALIGN-aligned (the Sm80 epilogue's vector loads) and every offset is a whole
+    row of Co entries inside the buffer."""
+    h, w, r, s, pad, stride, dilation = geometry
+    co = 12
+    w_q = torch.randint(-127, 128, (co, r, s, 3), generator=torch.Generator().manual_seed(h * 7 + w), dtype=torch.int8)
+    full = conv_quant.border_correction(w_q, (h, w), stride, pad, dilation, 93)
+    buffer = conv_quant.border_buffer(w_q, (h, w), stride, pad, dilation, 93)
+    ho, wo = full.shape[:2]
+    head = -(-ho * wo // conv_quant.BORDER_TABLE_ALIGN) * conv_quant.BORDER_TABLE_ALIGN
+    table = conv_quant.border_table(w_q, (h, w), stride, pad, dilation, 93)
+    assert buffer.dtype == torch.int32 and buffer.shape == (head + table.numel(),)
+    offsets = buffer[:ho * wo]
+    inside = offsets >= 0
+    assert torch.all(offsets[~inside] == -1)
+    assert torch.all((offsets[inside] - head) % co == 0) and torch.all(offsets[inside] + co <= buffer.numel())
+    assert torch.equal(conv_quant.expand_border_buffer(buffer, (ho, wo), co), full)

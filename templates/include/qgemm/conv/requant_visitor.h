@@ -8,9 +8,9 @@
 //
 // so the output is bit-exact with `requantize` applied to the exact integer accumulator. The
 // border term corrects the outputs whose taps reach into the zero padding when the input zero
-// point Z_I is not 0 (conv_quant.border_table); it is an integer and joins acc before the one
-// conversion to float. The table has one row per class of outputs that read the same padded taps
-// (requant_math.h BorderClasses), so it is small and stays in L1; interior outputs read nothing.
+// point Z_I is not 0 (conv_quant.border_buffer: one row per class of pixels that read the same
+// padded taps, small enough to stay in L1, and each pixel's class); it is an integer and joins acc
+// before the one conversion to float. Pixels that read no padding add nothing.
 #pragma once
 
 #include "cutlass/cutlass.h"
@@ -45,7 +45,7 @@ class RequantVisitor {
   struct Arguments {
     float const* multiplier;   // M [K]
     float const* fused_bias;   // FusedBias [K]
-    int32_t const* border;     // [row classes, column classes, K], or null when no output reaches the padding with Z_I != 0
+    int32_t const* border;     // conv_quant.border_buffer, or null when no output reaches the padding with Z_I != 0
     int8_t* output;            // [N*P*Q, K] row-major, i.e. NHWC [N, P, Q, K]
     int clamp_lo;
     int clamp_hi;
@@ -54,20 +54,14 @@ class RequantVisitor {
   struct Params {
     Arguments args;
     typename OutputTileIterator::Params output_params;
-    BorderClasses classes;
-    cutlass::FastDivmod pq_divmod;  // GEMM row -> (image, p*Q + q)
-    cutlass::FastDivmod q_divmod;   // p*Q + q -> (p, q)
+    cutlass::FastDivmod pixels;  // GEMM row -> (image, p*Q + q)
 
     CUTLASS_HOST_DEVICE Params() {}
 
     Params(Arguments const& args_, cutlass::conv::Conv2dProblemSize const& problem_)
         : args(args_),
           output_params(cutlass::layout::RowMajor(problem_.K)),
-          classes(BorderClasses::of({problem_.H, problem_.W, problem_.R, problem_.S, problem_.pad_h, problem_.pad_w,
-                                     problem_.stride_h, problem_.stride_w, problem_.dilation_h, problem_.dilation_w},
-                                    problem_.P, problem_.Q)),
-          pq_divmod(problem_.P * problem_.Q),
-          q_divmod(problem_.Q) {}
+          pixels(problem_.P * problem_.Q) {}
   };
 
   struct SharedStorage {};
@@ -113,18 +107,15 @@ class RequantVisitor {
 
     AccumulatorFragment total = accum;
     if (params_.args.border) {
-      // Branch-free but for the table's presence (as in sm90_requant.h): the access loads from the
-      // table (a few KB, L1-resident) unconditionally, from row 0 where it reads no padding, and
-      // adds only where it does.
-      int image, pq, p, q;
-      divmod(params_.pq_divmod, image, pq, coord.row());
-      divmod(params_.q_divmod, p, q, pq);
-      int index = params_.classes.index(p, q);
+      // Branch-free but for the buffer's presence (as in sm90_requant.h): the access loads its
+      // table entries (L1-resident) unconditionally, from offset 0 where the pixel reads no
+      // padding, and adds them only where it does.
+      bool reads;
+      int offset = border_row(params_.args.border, params_.pixels, coord.row(), reads);
       int columns = extent_.column();
       int column = coord.column() < columns ? coord.column() : columns - kElementsPerAccess;
-      BorderAccess border = *reinterpret_cast<BorderAccess const*>(
-          params_.args.border + int64_t(index < 0 ? 0 : index) * columns + column);
-      bool reads = (index >= 0) & (coord.row() < extent_.row()) & (coord.column() < columns);
+      BorderAccess border = *reinterpret_cast<BorderAccess const*>(params_.args.border + offset + column);
+      reads = reads & (coord.row() < extent_.row()) & (coord.column() < columns);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kElementsPerAccess; ++i) total[i] += reads ? border[i] : 0;
     }

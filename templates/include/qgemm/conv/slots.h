@@ -11,8 +11,8 @@
 //   ptr[0]         x int8 NHWC [N, H, W, C]
 //   ptr[1]         w int8 [K, R, S, C]
 //   ptr[2], ptr[3] M, FusedBias: float [K]
-//   ptr[4]         border int32 [row classes, column classes, K] (requant_math.h BorderClasses),
-//                  or null (Z_I = 0 or no padding)
+//   ptr[4]         border int32 (conv_quant.border_buffer: per-pixel offsets, then a table of
+//                  [classes, K]), or null (Z_I = 0 or no padding)
 //   ptr[5]         out int8 NHWC [N, P, Q, K]
 //   scalar[0..1]   clamp_lo, clamp_hi (integers in [-128, 127])
 #pragma once

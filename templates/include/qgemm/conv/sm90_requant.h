@@ -13,9 +13,9 @@
 //     Sm90RowBroadcast                 FusedBias[k]
 //     Sm90RowBroadcast                 M[k]
 //
-// The border term (conv_quant.border_table, indexed by requant_math.h's BorderClasses) makes
-// padded taps count as the real value 0 when the input zero point Z_I is not 0: TMA's im2col
-// loads fill them with the integer 0.
+// The border term (conv_quant.border_buffer: per class of pixels reading the same padded taps, and
+// each pixel's class) makes padded taps count as the real value 0 when the input zero point Z_I
+// is not 0: TMA's im2col loads fill them with the integer 0.
 #pragma once
 
 #include <cstdint>
@@ -33,32 +33,29 @@
 namespace qgemm {
 namespace conv {
 
-/// Leaf node: float(acc + border[class(p, q), k]), the border term read only for rows that reach
-/// the padding (and not at all when the table is null: Z_I = 0 or no padding).
+/// Leaf node: float(acc + border term), the term kept only for pixels that read the padding (and
+/// nothing read when the buffer is null: Z_I = 0 or no padding).
 struct Sm90BorderAccumulator {
   struct SharedStorage {};
 
   struct Arguments {
-    int32_t const* border = nullptr;  // int32 [row classes, column classes, K], or null
-    BorderClasses classes{};          // with P and Q
+    int32_t const* border = nullptr;  // conv_quant.border_buffer, or null
+    int out_h = 1, out_w = 1;         // P, Q
   };
 
   struct Params {
     int32_t const* border;
-    cutlass::FastDivmod pq_divmod;  // GEMM row -> (image, p*Q + q)
-    cutlass::FastDivmod q_divmod;   // p*Q + q -> (p, q)
-    BorderClasses classes;
+    cutlass::FastDivmod pixels;  // GEMM row -> (image, p*Q + q)
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return {args.border, cutlass::FastDivmod(args.classes.out_h * args.classes.out_w),
-            cutlass::FastDivmod(args.classes.out_w), args.classes};
+    return {args.border, cutlass::FastDivmod(args.out_h * args.out_w)};
   }
 
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.classes.out_h > 0 && args.classes.out_w > 0;
+    return args.out_h > 0 && args.out_w > 0;
   }
 
   template <class ProblemShape>
@@ -97,34 +94,26 @@ struct Sm90BorderAccumulator {
     int rows, columns;   // M = N*P*Q and K
     Params const* params_ptr;
 
-    // Before each subtile: its border terms into registers. Branch-free apart from the predicated
-    // load: an element's (p, q) and class depend on its row only, so the compiler computes them
-    // once per distinct row (a thread's 16 elements of a 64x32 subtile span 2 rows). With a branch
-    // per element it could not, and a consumer warp, alone on its scheduler, spent ~75
-    // instructions per element here: 3 to 5x the whole kernel's time without a border (ncu).
+    // Before each subtile: its border terms into registers. Branch-free apart from the table's
+    // presence: an element's row offset (border_row) depends on its row only, so the compiler
+    // computes it once per distinct row (a thread's 16 elements of a 64x32 subtile span 2 rows),
+    // and every element loads its entry (an L1 hit), keeping it only where its pixel reads
+    // padding. With the class arithmetic per element and branches, a consumer warp, alone on its
+    // scheduler, spent ~45 instructions per element here: 3x the kernel's time without a border (ncu).
     CUTLASS_DEVICE void begin_loop(int epi_m, int epi_n) {
       using namespace cute;
       int32_t const* border = params_ptr->border;
       if (border == nullptr) return;
-      cutlass::FastDivmod const pq_divmod = params_ptr->pq_divmod;
-      cutlass::FastDivmod const q_divmod = params_ptr->q_divmod;
-      BorderClasses const classes = params_ptr->classes;
+      cutlass::FastDivmod const pixels = params_ptr->pixels;
       Tensor tC_cD_mn = tC_cD(_, _, _, epi_m, epi_n);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tC_rBorder); ++i) {
         int row = get<0>(tC_cD_mn(i));
         int column = get<1>(tC_cD_mn(i));
-        int image, pq, p, q;
-        divmod(pq_divmod, image, pq, row);
-        divmod(q_divmod, p, q, pq);
-        int index = classes.index(p, q);  // the table's row, or -1: no padded tap
-        // Every element loads (an L1 hit: the table is a few KB), from row 0 where it reads no
-        // padding, and keeps the value only where it does: no branch for the compiler to sink the
-        // per-row address into.
-        int32_t const* table_row = border + int64_t(index < 0 ? 0 : index) * columns;
-        int32_t value = __ldg(table_row + (column < columns ? column : columns - 1));
-        bool reads = (index >= 0) & (row < rows) & (column < columns);
-        tC_rBorder(i) = reads ? value : 0;
+        bool reads;
+        int offset = border_row(border, pixels, row, reads);
+        int32_t value = __ldg(border + offset + (column < columns ? column : columns - 1));
+        tC_rBorder(i) = (reads & (row < rows) & (column < columns)) ? value : 0;
       }
     }
 

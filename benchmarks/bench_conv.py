@@ -6,19 +6,18 @@ Shapes: the 23 distinct convolutions of ResNet-50 v1.5 (torchvision: stride 2 on
 stage's first block) at 224 x 224, with how often each occurs (53 convolutions in all).
 Columns (microseconds per call, GPU time under CUDA-graph replay, timing.bench_graph):
   int8     qgemm ConvInt8Plan: int8 NHWC in and out, bias, ReLU; input zero point -128 (post-ReLU
-           activations), so the padded layers pay for the border correction; conv1's input gets
-           extra channels on each call (3 rounded up to heuristics.CONV_PAD_CHANNELS_TO), that
-           copy included
+           activations), so the padded layers pay for the border correction; conv1's input is
+           folded on each call (conv_fold.StrideFold: 3 channels, stride 2 -> 16 channels, stride
+           1), that copy included
   +nchw    the same from a contiguous NCHW int8 input (layout="nchw": one transposing copy first)
-  sm90     the same on the Sm90 kernel (TMA im2col + WGMMA) heuristics.conv_int8_sm90_choice
-           names, on an sm90 GPU where the channels are multiples of 16 (not yet the plans' default:
-           heuristics.CONV_PREFER_SM90); "-" elsewhere
+  sm80     the same plan restricted to the CUTLASS 2.x kernels (plan.choice(..., sm90=False)),
+           timed where the plan's own kernel is an Sm90 one
   cudnn    torch.nn.functional.conv2d, FP16, channels_last input and weight, no bias,
            torch.backends.cudnn.benchmark = True
   floor    int8 input + weight + output bytes over the measured copy bandwidth
-Ratios: cudnn / int8 (> 1: qgemm faster), cudnn / sm90 and int8 / floor. Per batch: the geometric
-mean of cudnn / int8 over the shapes and the whole network's time (each shape times its count), and
-the same with the Sm90 kernel wherever it ran. The
+Ratios: cudnn / int8 (> 1: qgemm faster), sm80 / int8 (what the Sm90 kernels gain) and int8 /
+floor. Per batch: the geometric mean of cudnn / int8 over the shapes and the whole network's time
+(each shape times its count), and the network's time on the CUTLASS 2.x kernels alone. The
 target is cudnn / int8 >= 1 at batch 64. With --sweep every catalog kernel that fits a shape is
 timed as well and the fastest reported: the data heuristics.conv_int8_choice is to be set from.
 """
@@ -33,7 +32,6 @@ import torch.nn.functional as F
 import qgemm
 from cutlass_gen.catalog import catalog
 from cutlass_gen.specs import ConvInt8Sm90Spec
-from qgemm import heuristics
 from qgemm.conv_quant import ConvInt8Quant
 from timing import copy_bandwidth, geomean, host_us, timed
 
@@ -101,9 +99,9 @@ def run(shapes, batches, sweep: bool) -> dict:
                    "padding": padding, "count": count, "kernel": label(plan.choice(n, size, size))}
             row["int8_us"] = timed(lambda: plan(x, out))
             row["nchw_us"] = timed(lambda: plan(x_nchw, layout="nchw"))
-            sm90 = sm90_choice(plan, n * ho * wo)
-            if sm90 is not None:
-                row["sm90_us"], row["sm90_kernel"] = timed(lambda: plan(x, out, choice=sm90)), label(sm90)
+            sm80 = plan.choice(n, size, size, sm90=False)
+            row["sm80_us"] = (timed(lambda: plan(x, out, choice=sm80)) if sm80 != plan.choice(n, size, size)
+                              else row["int8_us"])
             row["cudnn_us"] = timed(lambda: F.conv2d(x16, w16, None, stride, padding))
             row["floor_us"] = (x.numel() + w16.numel() + out.numel()) / bw * 1e6
             if sweep:
@@ -120,17 +118,9 @@ def run(shapes, batches, sweep: bool) -> dict:
             "host_overhead_us_per_call": host_overhead_us(), "summary": summary(rows)}
 
 
-def sm90_choice(plan, m: int):
-    """The Sm90 kernel the heuristic would run for this plan, or None (not sm90, channels, geometry)."""
-    if not plan.sm90_fits:
-        return None
-    return heuristics.conv_int8_sm90_choice(m, plan.padded_channels, plan.out_channels, plan.target_sm,
-                                            torch.cuda.get_device_properties(0).multi_processor_count)
-
-
 def sweep_kernels(plan, co: int) -> list:
-    """Every catalog kernel that can run this plan's convolution (the channels it runs with: an RGB
-    input's 3 padded, conv.py)."""
+    """Every catalog kernel that can run this plan's convolution (the one its kernels run: an RGB
+    input's folded, conv.py)."""
     specs = [s for s in catalog(plan.target_sm, "conv2d_int8") if s.supports_channels(plan.padded_channels, co)]
     if plan.sm90_fits:
         specs += [s for s in catalog(plan.target_sm, "conv2d_int8_sm90")
@@ -154,30 +144,22 @@ def summary(rows) -> dict:
                   "int8_over_floor": geomean([r["int8_us"] / r["floor_us"] for r in sel]),
                   "network_int8_us": sum(r["count"] * r["int8_us"] for r in sel),
                   "network_cudnn_us": sum(r["count"] * r["cudnn_us"] for r in sel)}
-        with_sm90 = [r for r in sel if "sm90_us" in r]
-        if with_sm90:
-            out[n]["sm90_vs_cudnn"] = geomean([r["cudnn_us"] / r["sm90_us"] for r in with_sm90])
-            out[n]["sm90_shapes"] = len(with_sm90)
-            # The network with the Sm90 kernel wherever it ran, the plan's kernel elsewhere.
-            out[n]["network_sm90_us"] = sum(r["count"] * r.get("sm90_us", r["int8_us"]) for r in sel)
+        out[n]["network_sm80_us"] = sum(r["count"] * r["sm80_us"] for r in sel)
         if all("best" in r for r in sel):
             out[n]["best_of_sweep_vs_cudnn"] = geomean([r["cudnn_us"] / r["best"][1] for r in sel])
     return out
 
 
 HEADER = (f"{'layer':<13} {'N':>3} {'HxW':>7} {'Ci':>5} {'Co':>5} {'k':>2} {'s':>2} | {'int8':>8} {'+nchw':>8} "
-          f"{'sm90':>8} {'cudnn':>8} {'floor':>7} | {'cud/i8':>6} {'cud/90':>6} {'i8/fl':>6} | kernel")
+          f"{'sm80':>8} {'cudnn':>8} {'floor':>7} | {'cud/i8':>6} {'80/i8':>6} {'i8/fl':>6} | kernel")
 
 
 def _fmt(r: dict) -> str:
     best = f" | best {r['best'][0]} {r['best'][1]:.1f}" if "best" in r else ""
-    sm90, sm90_ratio = ((f"{r['sm90_us']:>8.1f}", f"{r['cudnn_us'] / r['sm90_us']:>5.2f}x") if "sm90_us" in r
-                        else (f"{'-':>8}", f"{'-':>6}"))
-    sm90_kernel = f", {r['sm90_kernel']}" if "sm90_kernel" in r else ""
     return (f"{r['name']:<13} {r['n']:>3} {r['h']:>3}x{r['h']:<3} {r['ci']:>5} {r['co']:>5} {r['k']:>2} "
-            f"{r['stride']:>2} | {r['int8_us']:>8.1f} {r['nchw_us']:>8.1f} {sm90} {r['cudnn_us']:>8.1f} "
-            f"{r['floor_us']:>7.1f} | {r['cudnn_us'] / r['int8_us']:>5.2f}x {sm90_ratio} "
-            f"{r['int8_us'] / r['floor_us']:>5.2f}x | {r['kernel']}{sm90_kernel}{best}")
+            f"{r['stride']:>2} | {r['int8_us']:>8.1f} {r['nchw_us']:>8.1f} {r['sm80_us']:>8.1f} {r['cudnn_us']:>8.1f} "
+            f"{r['floor_us']:>7.1f} | {r['cudnn_us'] / r['int8_us']:>5.2f}x {r['sm80_us'] / r['int8_us']:>5.2f}x "
+            f"{r['int8_us'] / r['floor_us']:>5.2f}x | {r['kernel']}{best}")
 
 
 def main():
@@ -201,9 +183,7 @@ def main():
         print(f"batch {n:>3}: int8 vs cuDNN FP16 {s['int8_vs_cudnn']:.2f}x (geomean{sweep}), int8/floor "
               f"{s['int8_over_floor']:.2f}x; ResNet-50 convolutions {s['network_int8_us']:.0f} us int8 against "
               f"{s['network_cudnn_us']:.0f} us cuDNN FP16")
-        if "sm90_vs_cudnn" in s:
-            print(f"           Sm90 kernel vs cuDNN FP16 {s['sm90_vs_cudnn']:.2f}x (geomean over {s['sm90_shapes']} "
-                  f"shapes); network with it {s['network_sm90_us']:.0f} us")
+        print(f"           on the CUTLASS 2.x kernels alone: network {s['network_sm80_us']:.0f} us")
 
 
 if __name__ == "__main__":

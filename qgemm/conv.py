@@ -27,8 +27,9 @@ which costs nothing.
 
 Kernels: CUTLASS 2.x implicit GEMM (Sm75, Sm80; templates/conv2d_int8.cu.j2) chosen by
 heuristics.conv_int8_choice, and on sm90 the CUTLASS 3.x ones (TMA im2col + WGMMA;
-templates/conv2d_int8_sm90.cu.j2), which read the same problem slots and compute the same bits but
-run only as an explicit `choice` until measured (heuristics.CONV_PREFER_SM90).
+templates/conv2d_int8_sm90.cu.j2), which read the same problem slots and compute the same bits, where
+heuristics.conv_int8_sm90_choice measured them faster (deep GEMMs). A caller's `out` that is 4-byte but
+not 16-byte aligned (TMA stores) gets the Sm80 kernel instead.
 
 Few input channels: the aligned kernels read channels 4 or 16 at a time, so an input channel count
 that is not a multiple of 4 (the 3 of an RGB input) is zero-padded (heuristics.conv_int8_padded_channels,
@@ -39,6 +40,12 @@ out unchanged. The input's pad is one more kernel writing N*H*W*Ci_padded bytes 
 N*H*W*Ci (for the 64 x 224 x 224 x 3 of ResNet-50's first layer, 10 MB in and 13 MB out); with
 layout="nchw" it is also the transposing copy. Only out_channels not a multiple of 4 keeps the
 few-channels kernel, which reads any channel count.
+
+Strided convolutions over few channels (heuristics.conv_int8_folds: ResNet-50's first layer, 3
+channels, 7x7 stride 2) instead fold the stride into the channels (conv_fold.StrideFold): the plan's
+weight is the folded filter (4x4 over 16 channels), and each call copies the input into the folded
+layout with its padding materialized as Z_I, so the kernel runs a stride-1 convolution without
+padding and without border correction. plan.fold says whether (and how) a plan folds.
 """
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec
 from . import _checks, conv_quant, heuristics
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
+from .conv_fold import StrideFold
 from .conv_quant import ConvInt8Quant
 
 LAYOUTS = ("nhwc", "nchw")
@@ -109,7 +117,8 @@ class ConvInt8Plan:
 
     in_channels is w_q's Ci, the channels x has; padded_channels the count the kernel runs with. When
     they differ (Ci not a multiple of 4, module docstring) the plan's weight is w_q with zero channels
-    appended, and each call costs one extra copy of the input (padded with Z_I) before the kernel.
+    appended, or, where `fold` is set, the stride-folded filter; each call then costs one extra copy
+    of the input (padded with Z_I, or folded) before the kernel.
     """
 
     def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, *, bias: torch.Tensor | None = None,
@@ -140,10 +149,18 @@ class ConvInt8Plan:
         self.device = device
         self.out_channels, kh, kw, self.in_channels = w_q.shape
         self.kernel_size = (kh, kw)
-        self.padded_channels = heuristics.conv_int8_padded_channels(self.in_channels, self.out_channels)
-        # Zero channels appended (module docstring): a fresh contiguous tensor, 16-byte aligned.
-        self.weight = F.pad(w_q, (0, self.padded_channels - self.in_channels)) if self._pads else w_q
-        # From the padded weights: zero channels add nothing to sum(w_q) (and to the border correction).
+        self.fold: StrideFold | None = None
+        if heuristics.conv_int8_folds(self.in_channels, self.out_channels, self.stride, self.dilation):
+            self.fold = StrideFold.of(self.in_channels, self.kernel_size, self.stride, self.padding,
+                                      heuristics.CONV_FOLD_CHANNELS_TO)
+            self.padded_channels = self.fold.channels
+            self.weight = self.fold.weight(w_q)
+        else:
+            self.padded_channels = heuristics.conv_int8_padded_channels(self.in_channels, self.out_channels)
+            # Zero channels appended (module docstring): a fresh contiguous tensor, 16-byte aligned.
+            self.weight = F.pad(w_q, (0, self.padded_channels - self.in_channels)) if self._pads else w_q
+        # From the padded (or folded) weights: zero channels and taps add nothing to sum(w_q) (and
+        # to the border correction).
         self.multiplier, self.fused_bias = conv_quant.requant_params(self.weight, bias, self.quant)
         self.clamp = self.quant.clamp_bounds()
         self._sm_count = sm_count(device)
@@ -154,14 +171,26 @@ class ConvInt8Plan:
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._problem = self._fixed_problem()
 
+    @property
+    def kernel_geometry(self) -> tuple[tuple[int, int], ...]:
+        """(kernel_size, stride, padding, dilation) of the convolution the kernel runs: the plan's
+        own, or the folded one (stride 1, no padding)."""
+        if self.fold is not None:
+            return self.fold.kernel, (1, 1), (0, 0), (1, 1)
+        return self.kernel_size, self.stride, self.padding, self.dilation
+
+    def _kernel_input_hw(self, h: int, w: int) -> tuple[int, int]:
+        """The (H, W) of the input the kernel reads for an x of (h, w)."""
+        return self.fold.input_hw(self.output_hw(h, w)) if self.fold is not None else (h, w)
+
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls (templates/conv2d_int8.cu.j2 lists them)."""
-        kh, kw = self.kernel_size
+        kernel, stride, padding, dilation = self.kernel_geometry
         p = QgemmProblem()
-        p.n, p.k = self.out_channels, kh * kw * self.padded_channels
+        p.n, p.k = self.out_channels, kernel[0] * kernel[1] * self.padded_channels
         p.ext[3] = self.padded_channels
-        p.ext[4], p.ext[5] = _pack(self.kernel_size), _pack(self.padding)
-        p.ext[6], p.ext[7] = _pack(self.stride), _pack(self.dilation)
+        p.ext[4], p.ext[5] = _pack(kernel), _pack(padding)
+        p.ext[6], p.ext[7] = _pack(stride), _pack(dilation)
         p.ptr[1] = self.weight.data_ptr()
         p.ptr[2], p.ptr[3] = self.multiplier.data_ptr(), self.fused_bias.data_ptr()
         p.scalar[0], p.scalar[1] = self.clamp
@@ -170,6 +199,7 @@ class ConvInt8Plan:
 
     @property
     def _pads(self) -> bool:
+        """Whether each call copies the input first (channels padded, or the stride folded)."""
         return self.padded_channels != self.in_channels
 
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
@@ -179,14 +209,15 @@ class ConvInt8Plan:
     def sm90_fits(self) -> bool:
         """Whether the Sm90 kernels (TMA im2col) can run this convolution: an sm90 target and a
         geometry within TMA's bounds (the channel counts are the heuristic's to check)."""
-        return self.target_sm >= 90 and ConvInt8Sm90Spec.supports_geometry(
-            self.kernel_size, self.stride, self.padding, self.dilation)
+        return self.target_sm >= 90 and ConvInt8Sm90Spec.supports_geometry(*self.kernel_geometry)
 
-    def choice(self, n: int, h: int, w: int) -> ConvInt8Spec | ConvInt8Sm90Spec:
-        """The kernel this plan runs for an input of N x H x W pixels."""
+    def choice(self, n: int, h: int, w: int, sm90: bool = True) -> ConvInt8Spec | ConvInt8Sm90Spec:
+        """The kernel this plan runs for an input of N x H x W pixels (sm90=False: among the CUTLASS
+        2.x kernels only)."""
         ho, wo = self.output_hw(h, w)
         return heuristics.conv_int8_choice(n * ho * wo, self.padded_channels, self.out_channels, self.target_sm,
-                                           self._sm_count, sm90_fits=self.sm90_fits)
+                                           self._sm_count, sm90_fits=sm90 and self.sm90_fits,
+                                           taps=self.kernel_geometry[0][0] * self.kernel_geometry[0][1])
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
                  choice: ConvInt8Spec | ConvInt8Sm90Spec | None = None) -> torch.Tensor:
@@ -206,6 +237,10 @@ class ConvInt8Plan:
         n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
             call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
+            if isinstance(call.spec, ConvInt8Sm90Spec) and out is not None and out.data_ptr() % call.spec.output_alignment:
+                # TMA stores need 16 bytes; the Sm80 epilogue 4 (checked below like any other).
+                call = cached(self._calls, (n, h, w, "sm80"),
+                              lambda: self._prepare(n, h, w, self.choice(n, h, w, sm90=False)))
         else:
             call = self._prepare(n, h, w, choice)
         if x.data_ptr() % call.spec.alignment and not self._pads:  # the pad's copy is a fresh, aligned tensor
@@ -218,7 +253,10 @@ class ConvInt8Plan:
             _checks.cuda_device("out", out, self.device)
             _checks.contiguous("out", out)
             _checks.aligned("out", out, call.spec.output_alignment, f"{call.spec.output_alignment}-byte stores")
-        if self._pads:
+        if self.fold is not None:
+            # Folded with its padding materialized as Z_I (module docstring), after every check.
+            x = self.fold.input(x, call.out_shape[1:3], self.quant.input_zero)
+        elif self._pads:
             # The input's channels padded with Z_I, the real 0 (module docstring): one copy per call,
             # after every check.
             x = F.pad(x, (0, self.padded_channels - self.in_channels), value=self.quant.input_zero).contiguous()
@@ -254,14 +292,16 @@ class ConvInt8Plan:
     def _set_shape(self, p: QgemmProblem, n: int, h: int, w: int):
         ho, wo = self.output_hw(h, w)
         p.m = n * ho * wo
-        p.ext[0], p.ext[1], p.ext[2] = n, h, w
+        p.ext[0] = n
+        p.ext[1], p.ext[2] = self._kernel_input_hw(h, w)
 
     def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
         ho, wo = self.output_hw(h, w)
         if ho < 1 or wo < 1:
             raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
                              f"dilation {self.dilation} and padding {self.padding} allow")
-        for name, elements in (("x", n * h * w * self.padded_channels),
+        kh, kw = self._kernel_input_hw(h, w)
+        for name, elements in (("x", n * kh * kw * self.padded_channels),
                                ("the output", n * ho * wo * self.out_channels)):
             if elements > MAX_ELEMENTS:
                 raise ValueError(f"{name} has {elements} elements; the kernels address at most {MAX_ELEMENTS} "
@@ -293,11 +333,12 @@ class ConvInt8Plan:
 
     def _border(self, h: int, w: int) -> torch.Tensor | None:
         """The correction for padded taps as the kernels read it (conv_quant.border_buffer), or None
-        where there is nothing to correct."""
-        if self.quant.input_zero == 0 or self.padding == (0, 0):
+        where there is nothing to correct (a folded plan materializes its padding)."""
+        _, stride, padding, dilation = self.kernel_geometry
+        if self.quant.input_zero == 0 or padding == (0, 0):
             return None
         return cached(self._borders, (h, w), lambda: conv_quant.border_buffer(
-            self.weight, (h, w), self.stride, self.padding, self.dilation, self.quant.input_zero))
+            self.weight, (h, w), stride, padding, dilation, self.quant.input_zero))
 
 
 def conv2d_int8(x_q: torch.Tensor, w_q: torch.Tensor, quant: ConvInt8Quant, bias: torch.Tensor | None = None,

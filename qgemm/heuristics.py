@@ -252,13 +252,27 @@ CONV_MIN_WAVE = 0.5
 CONV_PAD_CHANNELS_TO = 4
 # Up to this many input channels (after padding), K runs over the packed (r, s, c) index (the
 # few-channels iterator) where the catalog has such a kernel at the chosen alignment: with the
-# optimized iterator each filter tap takes a whole 64-deep K step (conv1 at batch 64, Ci padded to
-# 4: 1226 us on the 64 x 64 alignment-4 kernel, 49 K steps of which 1/16 is used). 0 for now: the
-# Sm80 alignment-4 few-channels kernel compiles and has GPU tests (every catalog kernel is tested),
-# but no device session has run it yet; 16 is the intended value once it has been measured against
-# the 64 x 64 kernel on conv1 (bench_conv.py --sweep times both).
-CONV_FEW_CHANNELS_MAX = 0
+# optimized iterator each filter tap takes a whole 64-deep K step. Measured on conv1 (Ci padded to
+# 4, 7x7 stride 2): the Sm80 alignment-4 few-channels 128 x 64 kernel 544 us against 1233 us for
+# the 64 x 64 alignment-4 one at batch 64, 24.9 against 33.8 at batch 1. (At 16 channels the
+# alignment-16 kernels apply and the few-channels kernel, alignment 4, is not among the fitting.)
+CONV_FEW_CHANNELS_MAX = 16
 _CONV_MIN_ALIGNMENT = 4  # the narrowest access of the aligned kernels (Sm80 cp.async: 4 bytes)
+
+
+# Stride folding (qgemm/conv_fold.py): a strided convolution whose input channels only the 4-byte
+# kernels read runs as a stride-1 one over stride_h * stride_w times the channels, rounded up to
+# CONV_FOLD_CHANNELS_TO, when that is at most CONV_FOLD_MAX_CHANNELS: the 16-byte kernels then
+# read it. ResNet-50's conv1 (3 channels, 7x7 stride 2) becomes 16 channels, 4x4 stride 1.
+CONV_FOLD_CHANNELS_TO = 16
+CONV_FOLD_MAX_CHANNELS = 16
+
+
+def conv_int8_folds(in_channels: int, out_channels: int, stride, dilation) -> bool:
+    """Whether a plan folds the stride into channels (conv_fold.StrideFold)."""
+    folded = stride[0] * stride[1] * in_channels
+    return (max(stride) > 1 and tuple(dilation) == (1, 1) and in_channels % CONV_FOLD_CHANNELS_TO != 0
+            and folded <= CONV_FOLD_MAX_CHANNELS and out_channels % _CONV_MIN_ALIGNMENT == 0)
 
 
 def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
@@ -271,23 +285,40 @@ def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
 
 
 # Sm90 (conv2d_int8_sm90: TMA im2col + WGMMA, CUTLASS 3.x) where the channels (multiples of 16) and
-# the geometry (ConvInt8Sm90Spec.supports_geometry) allow. NOT MEASURED YET: the kernels compile and
-# their GPU tests are written, but no device session has run them, so CONV_PREFER_SM90 stays off
-# and plans keep the Sm80 kernels above; `choice=` runs them, and bench_conv.py times them in its
-# sm90 column. The tile rule applied to them is the Sm80 one (lean tiles, N by output channels,
-# the largest tile when M fills CONV_MIN_WAVE waves, else the most threadblocks) among the 64-deep
-# tiles; then the same tile with a 128-deep K step where the catalog has it and the input channels
-# are a multiple of 128 (half the K steps per filter tap).
-CONV_PREFER_SM90 = False
+# the geometry (ConvInt8Sm90Spec.supports_geometry) allow, and where it measured faster: on deep
+# GEMMs. Its kernels are not persistent, so a tile's epilogue (requantization, border term) is not
+# hidden behind a next tile's mainloop; with few K steps per tile it shows. Measured on an H100
+# (bench_conv.py --sweep, ResNet-50 with Z_I = -128, us; the reduction K = R*S*Ci):
+#   * large M (the 128-row tile fills CONV_MIN_WAVE waves, batch 64), K >= Co:
+#       Co <= 64: 128 x 64 x 64 two per SM (one's epilogue beside the other's mainloop): 1x1 64->64
+#         18.2 against the Sm80 128 x 64's 19.2, 3x3 64->64 45.0 against 46.7, 1x1 256->64 31.8
+#         against 35.6 (one per SM: 29.6, 58.9, 46.0).
+#       Ci a multiple of 128 and Co of 128: 128 x 128 x 128: 3x3 128->128 29.7 against 37.0,
+#         256->256 24.5 against 29.6, 512->512 18.8 against 30.3 (stride 2: 29.7/38.4, 23.9/29.9,
+#         19.5/30.3); 1x1 512->128 16.9 against 21.5, 1024->256 13.4 against 15.8, 2048->512 10.8
+#         against 16.3, 1024->512 21.9 against 24.7; even 256->128 56.2 against 56.6 and 512->256
+#         32.5 against 31.9 (the one loss).
+#       Otherwise (Co > 64 with Ci not a multiple of 128: not measured) the Sm80 kernels.
+#     K < Co (the 1x1 expand and stride-2 downsample layers: 1 to 8 K steps per tile), the Sm80
+#       kernels: 1x1 64->256 67.8 against the best Sm90 74.4, 128->512 39.0 against 38.0 (64 x 128
+#       two per SM) and 46.6 (128 x 128 x 128), 256->1024 23.5 against 25.7, 512->1024 stride 2
+#       30.3 against 31.2.
+#   * small M (batch 1, M <= 3136): 128 x 64 x 64 one per SM where K >= CONV_SM90_MIN_K: 3x3
+#     128->128 6.9 against the Sm80 64 x 64's 7.4, 256->256 9.3 against 10.4, 512->512 14.3
+#     against 16.7, 1x1 2048->512 7.9 against 8.8, 1024->256 5.6 against 5.7; below it the Sm80
+#     64 x 64 by up to 0.3 us (1x1 512->128 4.4 against 4.6, 3x3 64->64 6.2 both).
+CONV_PREFER_SM90 = True
+CONV_SM90_MIN_K = 1024
 
 
 def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int,
-                     sm90_fits: bool = False) -> ConvInt8Spec | ConvInt8Sm90Spec:
+                     sm90_fits: bool = False, taps: int = 1) -> ConvInt8Spec | ConvInt8Sm90Spec:
     """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels
     (in_channels as the kernel reads them: a plan passes its padded count). sm90_fits: the
-    convolution's geometry suits TMA im2col (ConvInt8Sm90Spec.supports_geometry)."""
+    convolution's geometry suits TMA im2col (ConvInt8Sm90Spec.supports_geometry); taps: the filter's
+    R*S (the GEMM's K is taps * in_channels)."""
     if CONV_PREFER_SM90 and sm90_fits:
-        sm90 = conv_int8_sm90_choice(m, in_channels, out_channels, target_sm, sm_count)
+        sm90 = conv_int8_sm90_choice(m, in_channels, out_channels, target_sm, sm_count, taps)
         if sm90 is not None:
             return sm90
     fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
@@ -300,18 +331,28 @@ def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int
     return _conv_tile(m, out_channels, sm_count, [s for s in fitting if s.iterator != "few_channels"] or fitting)
 
 
-def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm: int,
-                          sm_count: int) -> ConvInt8Sm90Spec | None:
-    """The Sm90 catalog kernel for this implicit GEMM, or None where none applies (target below
-    sm90, channels not multiples of 16). The geometry is the caller's to check."""
-    # One threadblock per SM (the two-per-SM versions are timed by bench_conv.py --sweep).
-    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family)
-               if s.supports_channels(in_channels, out_channels) and s.ctas_per_sm == 1]
-    if not fitting:
+def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int,
+                          taps: int = 1) -> ConvInt8Sm90Spec | None:
+    """The Sm90 catalog kernel the rule above takes for this implicit GEMM, or None where the Sm80
+    kernels measured faster or none applies (target below sm90, channels not multiples of 16).
+    The geometry is the caller's to check."""
+    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family) if s.supports_channels(in_channels, out_channels)]
+
+    def kernel(tile, ctas_per_sm):
+        found = [s for s in fitting if s.tile == tile and s.ctas_per_sm == ctas_per_sm]
+        return found[0] if found else None
+
+    k = taps * in_channels
+    tile_n = 64 if out_channels <= 64 else 128
+    if -(-m // 128) * -(-out_channels // tile_n) < CONV_MIN_WAVE * sm_count:  # small M
+        return kernel((128, 64, 64), 1) if k >= CONV_SM90_MIN_K else None
+    if k < out_channels:
         return None
-    spec = _conv_tile(m, out_channels, sm_count, [s for s in fitting if s.tile[2] == 64])
-    deeper = [s for s in fitting if s.tile == (*spec.tile[:2], 128)]
-    return deeper[0] if deeper and in_channels % 128 == 0 else spec
+    if out_channels <= 64:
+        return kernel((128, 64, 64), 2)
+    if in_channels % 128 == 0 and out_channels % 128 == 0:
+        return kernel((128, 128, 128), 1)
+    return None
 
 
 def _conv_tile(m: int, out_channels: int, sm_count: int, fitting: list):

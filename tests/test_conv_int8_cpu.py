@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import requires_nvcc
 
 import qgemm
@@ -97,14 +98,16 @@ def test_render():
 # --- kernel choice ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("m, ci, co, sm, sm_count, name", [
-    (64 * 112 * 112, 4, 64, 90, 132, SM80_A4.name),                   # RGB input, as a plan pads it
+    (64 * 112 * 112, 4, 64, 90, 132, FEW80_A4.name),                  # RGB input, as a plan pads it
     (64 * 112 * 112, 3, 64, 90, 132, FEW.name),                       # the same unpadded
+    (64 * 112 * 112, 20, 64, 90, 132, SM80_A4.name),                  # past CONV_FEW_CHANNELS_MAX
     (64 * 56 * 56, 64, 64, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_128x64x64_w64x32x64_s4_a16"),
     (64 * 56 * 56, 64, 256, 90, 132, SM80_A16.name),
     (64 * 7 * 7, 512, 512, 90, 132, SM80_A16.name),                   # 100 threadblocks: measured fastest
     (56 * 56, 64, 64, 90, 132, "qgemm_conv2d_int8_sm80_s8s8_s8_64x64x64_w32x32x64_s4_a16"),
-    (100, 12, 20, 80, 108, SM80_A4.name),
+    (100, 12, 20, 80, 108, FEW80_A4.name),
     (100, 16, 6, 80, 108, FEW.name),                                                 # Co not a multiple of 4
+    (64 * 112 * 112, 4, 64, 75, 40, "qgemm_conv2d_int8_sm75_s8s8_s8_64x64x64_w32x32x64_s2_a4"),  # no a4 few on sm75
     (64 * 56 * 56, 64, 256, 75, 40, "qgemm_conv2d_int8_sm75_s8s8_s8_128x128x64_w64x64x64_s2_a16"),
 ])
 def test_conv_int8_choice(m, ci, co, sm, sm_count, name):
@@ -124,20 +127,13 @@ RESNET50 = [
 ]
 
 
-@pytest.mark.parametrize("m, ci, co, sm, name", [
-    (64 * 112 * 112, 4, 64, 90, FEW80_A4.name),                   # conv1 as a plan pads it: packed (r, s, c) K
-    (100, 12, 20, 80, FEW80_A4.name),
-    (100, 8, 20, 80, FEW80_A4.name),
-    (100, 20, 20, 80, SM80_A4.name),                              # past CONV_FEW_CHANNELS_MAX
-    (64 * 112 * 112, 4, 64, 75, "qgemm_conv2d_int8_sm75_s8s8_s8_64x64x64_w32x32x64_s2_a4"),  # none on sm75
-    (100, 16, 6, 80, FEW.name),                                   # Co not a multiple of 4: byte accesses
-])
-def test_few_channels_rule_once_enabled(monkeypatch, m, ci, co, sm, name):
-    """The rule CONV_FEW_CHANNELS_MAX switches on once the Sm80 few-channels kernel is measured (0 now)."""
-    assert heuristics.CONV_FEW_CHANNELS_MAX == 0
-    assert heuristics.conv_int8_choice(m, ci, co, sm, 132).iterator == ("few_channels" if co % 4 else "optimized")
-    monkeypatch.setattr(heuristics, "CONV_FEW_CHANNELS_MAX", 16)
-    assert heuristics.conv_int8_choice(m, ci, co, sm, 132).name == name
+@pytest.mark.parametrize("ci", [4, 8, 12])
+def test_few_channels_up_to_the_measured_bound(monkeypatch, ci):
+    """The few-channels kernel (measured on conv1, heuristics.py) for channel counts only the 4-byte
+    kernels read, up to CONV_FEW_CHANNELS_MAX; the 64 x 64 alignment-4 kernel without it."""
+    assert heuristics.conv_int8_choice(64 * 112 * 112, ci, 64, 90, 132) == FEW80_A4
+    monkeypatch.setattr(heuristics, "CONV_FEW_CHANNELS_MAX", 0)
+    assert heuristics.conv_int8_choice(64 * 112 * 112, ci, 64, 90, 132).iterator == "optimized"
 
 
 @pytest.mark.parametrize("size, ci, co, k, stride", RESNET50)
@@ -366,21 +362,21 @@ def seen_inputs(kernel):
 
 
 def test_few_input_channels_are_padded(fake_gpu):
-    """Ci = 3 with Co a multiple of 4: the plan runs the alignment-4 kernel on 4 channels. Its weight
-    is w_q with a zero channel appended; each call's input gets a channel of Z_I (NHWC and NCHW alike);
-    the problem slots describe the padded tensors."""
+    """Ci = 3 with Co a multiple of 4 (stride 1: nothing to fold): the plan runs an alignment-4 kernel
+    on 4 channels. Its weight is w_q with a zero channel appended; each call's input gets a channel
+    of Z_I (NHWC and NCHW alike); the problem slots describe the padded tensors."""
     kernels = fake_gpu()
     w_q, quant, bias = rgb_layer(co=8, input_zero=-100)
-    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=2, padding=3)
-    assert (plan.in_channels, plan.padded_channels) == (3, 4)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=1, padding=3)
+    assert (plan.in_channels, plan.padded_channels, plan.fold) == (3, 4, None)
     assert plan.weight.shape == (8, 7, 7, 4) and plan.weight.is_contiguous()
     assert torch.equal(plan.weight[..., :3], w_q) and not plan.weight[..., 3:].any()
-    assert plan.choice(64, 224, 224) == SM80_A4
+    assert plan.choice(64, 224, 224) == FEW80_A4
     x = x_nhwc(2, 20, 18, 3)
     out = plan(x)
-    assert out.shape == (2, 10, 9, 8)
+    assert out.shape == (2, 20, 18, 8)
     (kernel,) = kernels.values()
-    assert kernel.spec == SM80_A4
+    assert kernel.spec == FEW80_A4
     (p,) = kernel.problems
     assert (p.k, p.ext[3], p.ptr[1]) == (7 * 7 * 4, 4, plan.weight.data_ptr())
     assert p.ptr[0] != x.data_ptr()
@@ -392,13 +388,85 @@ def test_few_input_channels_are_padded(fake_gpu):
     assert len(seen) == 3 and all(torch.equal(s, padded) for s in seen)
 
 
+def test_strided_few_channel_input_is_folded(fake_gpu):
+    """ResNet's first layer (Ci = 3, 7x7, stride 2, padding 3) folds its stride into channels
+    (conv_fold.StrideFold): the kernel runs a 4x4 stride-1 convolution without padding over 16
+    channels, on an input the plan folds on each call (NHWC and NCHW alike), with no border term;
+    the folded accumulator equals the original convolution's with padding valued Z_I."""
+    kernels = fake_gpu()
+    w_q, quant, bias = rgb_layer(co=8, input_zero=-100)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, stride=2, padding=3)
+    fold = plan.fold
+    assert (fold.front, fold.shift, fold.kernel, fold.channels) == ((4, 4), (1, 1), (4, 4), 16)
+    assert plan.padded_channels == 16 and plan.weight.shape == (8, 4, 4, 16) and plan.weight.is_contiguous()
+    assert plan.kernel_geometry == ((4, 4), (1, 1), (0, 0), (1, 1))
+    multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)
+    assert torch.equal(plan.multiplier, multiplier) and torch.equal(plan.fused_bias, fused_bias)
+    assert plan.choice(64, 224, 224).alignment == 16
+    x = x_nhwc(2, 20, 18, 3)
+    out = plan(x)
+    assert out.shape == (2, 10, 9, 8)
+    (kernel,) = kernels.values()
+    (p,) = kernel.problems
+    assert (p.m, p.n, p.k) == (2 * 10 * 9, 8, 4 * 4 * 16)
+    assert list(p.ext) == [2, 13, 12, 16, (4 << 32) | 4, 0, (1 << 32) | 1, (1 << 32) | 1]
+    assert p.ptr[1] == plan.weight.data_ptr() and p.ptr[4] is None and p.ptr[0] != x.data_ptr()
+    seen = seen_inputs(kernel)
+    plan(x)
+    plan(x.permute(0, 3, 1, 2).contiguous(), layout="nchw")
+    plan(x.permute(0, 3, 1, 2), layout="nchw")
+    assert len(seen) == 3 and all(torch.equal(s[..., :12], seen[0][..., :12]) for s in seen)
+    framed = F.pad(x.permute(0, 3, 1, 2), (3, 3, 3, 3), value=-100).permute(0, 2, 3, 1)
+    expected = accumulate(framed, w_q, (2, 2), (0, 0), (1, 1))
+    assert torch.equal(accumulate(seen[0], plan.weight, (1, 1), (0, 0), (1, 1)), expected)
+
+
+@pytest.mark.parametrize("ci, co, stride, dilation, folds", [
+    (3, 64, (2, 2), (1, 1), True),
+    (4, 64, (2, 2), (1, 1), True),
+    (1, 8, (4, 4), (1, 1), True),
+    (3, 64, (1, 1), (1, 1), False),    # nothing to fold
+    (3, 64, (2, 2), (2, 1), False),    # dilated taps do not fall on blocks
+    (5, 64, (2, 2), (1, 1), False),    # 20 folded channels: past CONV_FOLD_MAX_CHANNELS
+    (16, 64, (2, 2), (1, 1), False),   # already read 16 bytes at a time
+    (3, 6, (2, 2), (1, 1), False),     # Co not a multiple of 4: the few-channels kernel anyway
+])
+def test_fold_rule(ci, co, stride, dilation, folds):
+    assert heuristics.conv_int8_folds(ci, co, stride, dilation) is folds
+
+
+_FOLD_GEOMETRIES = [  # (H, W, Ci, kernel, stride, padding)
+    (224, 224, 3, (7, 7), (2, 2), (3, 3)), (21, 19, 3, (7, 7), (2, 2), (3, 3)), (9, 8, 1, (5, 3), (3, 2), (0, 2)),
+    (5, 7, 2, (1, 1), (2, 2), (0, 0)), (6, 6, 4, (3, 3), (2, 2), (4, 1)), (3, 4, 1, (8, 8), (4, 4), (3, 2)),
+    (13, 10, 2, (4, 6), (2, 3), (1, 0)),
+]
+
+
+@pytest.mark.parametrize("h, w, ci, kernel, stride, padding", _FOLD_GEOMETRIES)
+def test_folded_convolution_is_the_convolution(h, w, ci, kernel, stride, padding):
+    """StrideFold's input and weight give, stride 1 and unpadded, the accumulator of the original
+    convolution with its padding valued Z_I: every image row a folded output reads, no other."""
+    from qgemm.conv_fold import StrideFold
+    g = torch.Generator().manual_seed(h * w)
+    x = torch.randint(-128, 128, (2, h, w, ci), generator=g, dtype=torch.int8)
+    w_q = torch.randint(-127, 128, (5, *kernel, ci), generator=g, dtype=torch.int8)
+    fold = StrideFold.of(ci, kernel, stride, padding, 16)
+    out_hw = conv_quant.output_hw((h, w), kernel, stride, padding, (1, 1))
+    folded_x = fold.input(x, out_hw, 77)
+    assert folded_x.shape == (2, *fold.input_hw(out_hw), 16) and folded_x.is_contiguous()
+    framed = F.pad(x.permute(0, 3, 1, 2), (padding[1], padding[1], padding[0], padding[0]), value=77)
+    expected = accumulate(framed.permute(0, 2, 3, 1), w_q, stride, (0, 0), (1, 1))
+    assert torch.equal(accumulate(folded_x, fold.weight(w_q), (1, 1), (0, 0), (1, 1)), expected)
+    assert fold.weight(w_q).to(torch.int64).sum((1, 2, 3)).tolist() == w_q.to(torch.int64).sum((1, 2, 3)).tolist()
+
+
 def test_padding_leaves_fused_bias_and_border_unchanged(fake_gpu):
     """M, FusedBias (-Z_I * sum(w_q) + ...) and the border correction from the zero-padded weights equal
     those of w_q itself; the padded accumulator equals the unpadded one, so the padded path computes
     exactly conv_quant.requantize on the real convolution (whatever the padded channels hold)."""
     fake_gpu()
     w_q, quant, bias = rgb_layer(co=12, input_zero=57)
-    conv = dict(stride=(2, 2), padding=(3, 3), dilation=(1, 1))
+    conv = dict(stride=(1, 1), padding=(3, 3), dilation=(1, 1))  # stride 1: padded, not folded
     plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, **conv)
     assert plan.padded_channels == 4
     multiplier, fused_bias = conv_quant.requant_params(w_q, bias, quant)

@@ -24,6 +24,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
+from cutlass_gen.specs import ConvInt8Sm90Spec
 from qgemm import conv_quant, reference
 from qgemm.conv_quant import ConvInt8Quant
 
@@ -46,8 +47,9 @@ GEOMETRIES = [
     (1, 17, 16, 48, 32, 3, 2, 3, 2),     # stride 2, padding 3, dilation 2
     (1, 5, 9, 16, 16, 3, 1, 3, 1),       # padding 3 on a 3x3: taps entirely in the border
     (2, 23, 23, 16, 64, 7, 2, 3, 1),     # 7x7, stride 2, padding 3
-    (2, 20, 18, 3, 8, 7, 2, 3, 1),       # RGB input: 3 channels, padded to 4 (alignment 4)
+    (2, 20, 18, 3, 8, 7, 2, 3, 1),       # RGB input, stride 2: folded to 16 channels, 4x4 stride 1
     (1, 30, 30, 3, 64, 7, 2, 3, 1),      # ResNet-50's first layer (3 -> 64, 7x7 stride 2) on a smaller image
+    (2, 19, 17, 3, 8, 7, 1, 3, 1),       # RGB input, stride 1: 3 channels padded to 4 (alignment 4)
     (1, 12, 11, 5, 12, 3, 1, 1, 1),      # 5 input channels, padded to 8
     (2, 10, 10, 13, 7, 3, 1, 1, 1),      # odd channel counts: alignment 1 (Co = 7: no padding)
     (1, 9, 9, 12, 20, 3, 1, 1, 1),       # channels a multiple of 4: alignment 4
@@ -134,7 +136,7 @@ def test_every_catalog_kernel(spec):
 
 
 # The Sm90 kernels (conv2d_int8_sm90: TMA im2col, WGMMA, the requantization as an epilogue visitor
-# tree), chosen explicitly: the heuristic does not pick them yet (heuristics.CONV_PREFER_SM90). Channel
+# tree), chosen explicitly (the heuristic picks them only for deep GEMMs: the test after). Channel
 # counts are multiples of 16 (TMA); M = 1, 3, 17 and 1000 among the shapes; the 128-deep K step gets
 # input channels that fill it and ones that do not.
 SM90_GEOMETRIES = [
@@ -167,6 +169,22 @@ def test_sm90_kernels(spec, geometry, input_zero, activation):
     check_case(geometry, input_zero, activation, seed=sum(geometry) + spec.tile[1], choice=spec)
 
 
+@pytest.mark.parametrize("input_zero, activation", [(-100, "relu"), (57, "none")])
+@pytest.mark.parametrize("geometry", [
+    (1, 9, 11, 128, 64, 3, 1, 1, 1),     # small M, K = 1152: one 128 x 64 per SM
+    (3, 56, 56, 64, 64, 3, 1, 1, 1),     # M = 9408 fills half a wave of 128-row tiles: two 128 x 64 per SM
+    (2, 66, 66, 128, 128, 3, 1, 1, 1),   # M = 8712, Ci and Co multiples of 128: 128 x 128 x 128
+], ids=lambda g: "n{}_{}x{}_c{}_k{}_f{}_s{}_p{}_d{}".format(*g))
+def test_heuristic_runs_sm90_kernels_on_deep_gemms(geometry, input_zero, activation):
+    """Where heuristics.conv_int8_sm90_choice takes an Sm90 kernel (on a GPU of at least 100 SMs,
+    like the H100 it was measured on), the plan's own choice runs it, exactly."""
+    _requires_sm90()
+    if torch.cuda.get_device_properties(0).multi_processor_count < 100:
+        pytest.skip("the rule's wave sizes are set for 132 SMs")
+    plan = check_case(geometry, input_zero, activation, seed=sum(geometry))
+    assert isinstance(plan.choice(*geometry[:3]), ConvInt8Sm90Spec)
+
+
 def test_sm90_kernel_in_a_cuda_graph_and_on_a_side_stream():
     _requires_sm90()
     spec = catalog(90, "conv2d_int8_sm90")[0]
@@ -192,9 +210,10 @@ def test_sm90_kernel_in_a_cuda_graph_and_on_a_side_stream():
 
 
 def test_padded_input_channels():
-    """Ci = 3 (7x7, stride 2, padding 3): the plan pads to an aligned kernel; with Z_I far from 0 the
-    padded path (default choice and, on the same padded tensors, the few-channels kernel) and the
-    NCHW input (the pad doubling as the transposing copy) all match the unpadded definition."""
+    """Ci = 3 (7x7, stride 2, padding 3, odd H and W): the plan folds the stride into 16 channels
+    (conv_fold.StrideFold) for an aligned kernel; with Z_I far from 0 the folded path (default choice
+    and, on the same folded tensors, the few-channels kernel) and the NCHW input (the fold doubling
+    as the transposing copy) all match the unfolded definition."""
     geometry = (2, 33, 31, 3, 16, 7, 2, 3, 1)
     plan = check_case(geometry, -100, "relu", seed=8)
     assert plan.padded_channels % 4 == 0 and plan.padded_channels > 3

@@ -18,7 +18,7 @@ from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
 from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec, spec_from_dict
-from qgemm import heuristics
+from qgemm import conv_quant, heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary
 
 from test_conv_int8_cpu import conv_problem, fake_gpu, layer, x_nhwc  # noqa: F401 (fake_gpu: a fixture)
@@ -101,35 +101,77 @@ def test_geometry_past_tma_im2col_limits(kernel, stride, padding, dilation, why)
 
 # --- choice ------------------------------------------------------------------------------------------
 
-def test_heuristic_keeps_the_sm80_kernels_until_measured():
-    assert heuristics.CONV_PREFER_SM90 is False
-    spec = heuristics.conv_int8_choice(64 * 56 * 56, 64, 64, 90, 132, sm90_fits=True)
-    assert isinstance(spec, ConvInt8Spec) and spec.arch == 80
+# ResNet-50 (input size, Ci, Co, kernel, stride) -> the kernel the measured rule takes at batch 64
+# and batch 1 on an H100 (heuristics.py gives the times): "s90 MxNxK/ctas" or "s80".
+RESNET50_SM90 = [
+    ((56, 64, 64, 1, 1), "s90 128x64x64/2", "s80"),
+    ((56, 64, 64, 3, 1), "s90 128x64x64/2", "s80"),
+    ((56, 64, 256, 1, 1), "s80", "s80"),                        # K = 64 < Co: expand
+    ((56, 256, 64, 1, 1), "s90 128x64x64/2", "s80"),
+    ((56, 256, 128, 1, 1), "s90 128x128x128/1", "s80"),
+    ((56, 128, 128, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((28, 128, 512, 1, 1), "s80", "s80"),
+    ((56, 256, 512, 1, 2), "s80", "s80"),                       # K = 256 < Co: downsample
+    ((28, 512, 128, 1, 1), "s90 128x128x128/1", "s80"),
+    ((28, 128, 128, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((28, 512, 256, 1, 1), "s90 128x128x128/1", "s80"),
+    ((28, 256, 256, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 256, 1024, 1, 1), "s80", "s80"),
+    ((28, 512, 1024, 1, 2), "s80", "s80"),
+    ((14, 1024, 256, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 256, 256, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 1024, 512, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 512, 512, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((7, 512, 2048, 1, 1), "s80", "s80"),
+    ((14, 1024, 2048, 1, 2), "s80", "s90 128x64x64/1"),         # batch 1: K = 1024 deep enough
+    ((7, 2048, 512, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((7, 512, 512, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+]
 
 
-@pytest.mark.parametrize("m, ci, co, tile", [
-    (64 * 56 * 56, 64, 64, (128, 64, 64)),        # large M, Co <= 128: 128 x 64
-    (64 * 14 * 14, 256, 1024, (128, 128, 128)),   # Ci a multiple of 128: the 128-deep K step
-    (64 * 28 * 28, 128, 512, (128, 128, 128)),
-    (7 * 7, 512, 512, (64, 128, 64)),             # batch 1, last stage: the most threadblocks
-    (56 * 56, 64, 256, (64, 128, 64)),
+def _short(spec) -> str:
+    if isinstance(spec, ConvInt8Sm90Spec):
+        return f"s90 {'x'.join(map(str, spec.tile))}/{spec.ctas_per_sm}"
+    return f"s{spec.arch}"
+
+
+@pytest.mark.parametrize("layer, batch64, batch1", RESNET50_SM90)
+def test_sm90_choice_on_resnet50(layer, batch64, batch1):
+    """The Sm90 kernels on deep GEMMs, the Sm80 ones on wide and shallow ones (heuristics.py): at
+    batch 64 where K >= Co (two 128 x 64 per SM for Co = 64, 128 x 128 x 128 for Ci and Co multiples
+    of 128), at batch 1 where K >= CONV_SM90_MIN_K."""
+    assert heuristics.CONV_PREFER_SM90 is True
+    size, ci, co, k, stride = layer
+    ho, wo = conv_quant.output_hw((size, size), (k, k), (stride, stride), (k // 2, k // 2), (1, 1))
+    for batch, expected in ((64, batch64), (1, batch1)):
+        spec = heuristics.conv_int8_choice(batch * ho * wo, ci, co, 90, 132, sm90_fits=True, taps=k * k)
+        assert _short(spec) == expected, (layer, batch)
+        assert spec.supports_channels(ci, co) and spec in catalog(90, spec.family)
+    # Without the flag (geometry TMA cannot walk, or a plan told to) the Sm80 rule, as before.
+    assert heuristics.conv_int8_choice(64 * ho * wo, ci, co, 90, 132, taps=k * k).arch == 80
+
+
+@pytest.mark.parametrize("m, ci, co, taps", [
+    (64 * 56 * 56, 64, 128, 9),     # Co > 64, Ci not a multiple of 128: not measured
+    (64 * 56 * 56, 256, 192, 1),    # Co not a multiple of 128
+    (56 * 56, 64, 64, 9),           # small M, K = 576 < CONV_SM90_MIN_K
 ])
-def test_sm90_choice(monkeypatch, m, ci, co, tile):
-    monkeypatch.setattr(heuristics, "CONV_PREFER_SM90", True)
-    spec = heuristics.conv_int8_choice(m, ci, co, 90, 132, sm90_fits=True)
-    assert isinstance(spec, ConvInt8Sm90Spec) and spec.tile[:2] == tile[:2]
-    # Tile K 128 only where the catalog has it for this tile; else 64.
-    assert spec.tile[2] == (128 if ci % 128 == 0 and (spec.tile[0], spec.tile[1], 128) in
-                            [s.tile for s in catalog(90, "conv2d_int8_sm90")] else 64)
+def test_sm90_choice_keeps_the_sm80_kernels_where_unmeasured_or_slower(m, ci, co, taps):
+    assert heuristics.conv_int8_sm90_choice(m, ci, co, 90, 132, taps) is None
+    assert heuristics.conv_int8_choice(m, ci, co, 90, 132, sm90_fits=True, taps=taps).arch == 80
 
 
-def test_sm90_choice_falls_back(monkeypatch):
-    monkeypatch.setattr(heuristics, "CONV_PREFER_SM90", True)
+def test_sm90_preference_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(heuristics, "CONV_PREFER_SM90", False)
+    assert heuristics.conv_int8_choice(64 * 28 * 28, 128, 128, 90, 132, sm90_fits=True, taps=9).arch == 80
+
+
+def test_sm90_choice_falls_back():
     # Channels not multiples of 16, an sm80 target, or a geometry TMA cannot walk: the Sm80 kernels.
     for args, fits in [((4096, 24, 64, 90, 132), True), ((4096, 64, 64, 80, 108), True),
                        ((4096, 64, 64, 90, 132), False)]:
-        assert isinstance(heuristics.conv_int8_choice(*args, sm90_fits=fits), ConvInt8Spec)
-    assert heuristics.conv_int8_sm90_choice(4096, 24, 64, 90, 132) is None
+        assert isinstance(heuristics.conv_int8_choice(*args, sm90_fits=fits, taps=49), ConvInt8Spec)
+    assert heuristics.conv_int8_sm90_choice(4096, 24, 64, 90, 132, taps=49) is None
 
 
 def test_plan_runs_an_explicit_sm90_choice(fake_gpu):

@@ -69,7 +69,8 @@ def label(spec) -> str:
     if isinstance(spec, ConvInt8Sm90Spec):
         # Every field that tells two catalog kernels apart: the sweep's times are keyed by this.
         two = f" s{spec.stages} {spec.ctas_per_sm}cta" if spec.ctas_per_sm > 1 else ""
-        return f"sm90 {'x'.join(map(str, spec.tile))}{two}"
+        pingpong = " pingpong" if spec.mainloop == "pingpong" else ""
+        return f"sm90 {'x'.join(map(str, spec.tile))}{two}{pingpong}"
     tile = f"{spec.tile[0]}x{spec.tile[1]}"
     return f"sm{spec.arch} {tile} a{spec.alignment}{' few' if spec.iterator == 'few_channels' else ''}"
 
@@ -124,7 +125,7 @@ def sweep_kernels(plan, co: int) -> list:
     specs = [s for s in catalog(plan.target_sm, "conv2d_int8") if s.supports_channels(plan.padded_channels, co)]
     if plan.sm90_fits:
         specs += [s for s in catalog(plan.target_sm, "conv2d_int8_sm90")
-                  if s.supports_channels(plan.padded_channels, co)]
+                  if s.supports_channels(plan.padded_channels, co) and s.runs_geometry(*plan.kernel_geometry)]
     return specs
 
 

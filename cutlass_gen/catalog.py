@@ -174,21 +174,25 @@ def _conv2d_int8(target_sm: int) -> list[KernelSpec]:
 # a 128-deep K step for input channels in multiples of 128, each filling shared memory with stages;
 # and two-per-SM versions of the narrow tiles (4 stages), whose epilogues overlap the other
 # threadblock's mainloop: the kernel is not persistent, and ResNet-50's K loops are short (9 steps
-# for a 3x3 over 64 channels). Not yet measured (qgemm/heuristics.py CONV_PREFER_SM90).
+# for a 3x3 over 64 channels); and, for pointwise convolutions only, the persistent ping-pong GEMM
+# (qgemm/heuristics.py conv_int8_sm90_choice says where each measured fastest).
 _CONV_SM90_CONFIGS = [
-    ((128, 128, 64), 0, 1),
-    ((128, 64, 64), 0, 1),
-    ((64, 128, 64), 0, 1),
-    ((128, 128, 128), 0, 1),
-    ((128, 64, 64), 4, 2),
-    ((64, 128, 64), 4, 2),
+    ((128, 128, 64), 0, 1, "im2col"),
+    ((128, 64, 64), 0, 1, "im2col"),
+    ((64, 128, 64), 0, 1, "im2col"),
+    ((128, 128, 128), 0, 1, "im2col"),
+    ((128, 64, 64), 4, 2, "im2col"),
+    ((64, 128, 64), 4, 2, "im2col"),
+    ((128, 128, 64), 0, 1, "pingpong"),
+    ((128, 64, 64), 0, 1, "pingpong"),
 ]
 
 
 def _conv2d_int8_sm90(target_sm: int) -> list[KernelSpec]:
     if target_sm < 90:
         return []
-    return [ConvInt8Sm90Spec(tile, stages=stages, ctas_per_sm=ctas) for tile, stages, ctas in _CONV_SM90_CONFIGS]
+    return [ConvInt8Sm90Spec(tile, stages=stages, ctas_per_sm=ctas, mainloop=mainloop)
+            for tile, stages, ctas, mainloop in _CONV_SM90_CONFIGS]
 
 
 _FAMILY_CATALOGS = {

@@ -573,6 +573,10 @@ class ConvInt8Sm90Spec(KernelSpec):
     under the other's mainloop (the kernel is not persistent): registers capped at 128 per thread
     (a tile of at most 128 x 64 accumulators per warp group) and a fixed stage count whose
     buffers fit half the shared memory.
+    `mainloop` "pingpong" runs only pointwise convolutions (1x1, stride 1, no padding: the implicit
+    GEMM is a plain GEMM over the NHWC rows) as a CUTLASS 3.x GEMM with the persistent ping-pong
+    schedule: two consumer warp groups on alternate tiles, so one's epilogue runs under the other's
+    WGMMAs, which the im2col kernel cannot do and which short K loops need (K = Ci: 64 to 2048).
     TMA moves 16-byte rows, so input and output channels must be multiples of 16.
     """
 
@@ -590,6 +594,7 @@ class ConvInt8Sm90Spec(KernelSpec):
     CORNER_RANGE: ClassVar[tuple] = (-128, 127)
     MAX_FILTER_SPAN: ClassVar[int] = 254
     MAX_STRIDE: ClassVar[int] = 8
+    MAINLOOPS: ClassVar[tuple] = ("im2col", "pingpong")
 
     # Shared memory per SM for a kernel's blocks (227 KB) less room for the epilogue's buffers.
     MAINLOOP_SMEM_PER_SM: ClassVar[int] = 192 * 1024
@@ -598,11 +603,17 @@ class ConvInt8Sm90Spec(KernelSpec):
     cluster: tuple = (1, 1)
     stages: int = 0
     ctas_per_sm: int = 1
+    mainloop: str = "im2col"
     arch: int = 90
 
     def __post_init__(self):
         object.__setattr__(self, "tile", _shape(self.tile, "tile"))
         object.__setattr__(self, "cluster", tuple(int(v) for v in self.cluster))
+        if self.mainloop not in self.MAINLOOPS:
+            raise ValueError(f"mainloop must be one of {self.MAINLOOPS}, got {self.mainloop!r}")
+        if self.mainloop == "pingpong" and (self.ctas_per_sm != 1 or self.cluster != (1, 1)):
+            raise ValueError(f"the pingpong mainloop is persistent: ctas_per_sm 1 and cluster (1, 1), got "
+                             f"{self.ctas_per_sm} and {self.cluster}")
         if self.arch != 90:
             raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
         for what, value, allowed in (("tile M", self.tile[0], self.TILE_M), ("tile N", self.tile[1], self.TILE_N),
@@ -635,12 +646,24 @@ class ConvInt8Sm90Spec(KernelSpec):
         return (max(stride) <= cls.MAX_STRIDE and max(spans) <= cls.MAX_FILTER_SPAN
                 and all(lo <= -p and lo <= p - span <= hi for p, span in zip(padding, spans)))
 
+    @staticmethod
+    def is_pointwise(kernel_size, stride, padding) -> bool:
+        """1x1, stride 1, no padding: the convolution is a GEMM over the NHWC rows."""
+        return tuple(kernel_size) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0)
+
+    def runs_geometry(self, kernel_size, stride, padding, dilation) -> bool:
+        """Whether this kernel can run the convolution (the pingpong GEMM: pointwise ones only)."""
+        if self.mainloop == "pingpong":
+            return self.is_pointwise(kernel_size, stride, padding)
+        return self.supports_geometry(kernel_size, stride, padding, dilation)
+
     @property
     def name(self) -> str:
         t, c = self.tile, self.cluster
         stages = f"_s{self.stages}" if self.stages else ""
         ctas = f"_{self.ctas_per_sm}cta" if self.ctas_per_sm > 1 else ""
-        return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}{ctas}"
+        mainloop = "_pingpong" if self.mainloop == "pingpong" else ""
+        return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}{ctas}{mainloop}"
 
 
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,

@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_conv2d_int8_sm90_s8s8_s8_64x128x64_c1x1_s4_2cta
-// spec:   ConvInt8Sm90Spec(tile=(64, 128, 64), cluster=(1, 1), stages=4, ctas_per_sm=2, arch=90)
+// spec:   ConvInt8Sm90Spec(tile=(64, 128, 64), cluster=(1, 1), stages=4, ctas_per_sm=2, mainloop='im2col', arch=90)
 
 // Requantized int8 conv2d forward on Sm90: the same operation and the same QgemmProblem slots as
 // conv2d_int8.cu.j2 (qgemm/conv/slots.h), on CUTLASS 3.x's implicit-GEMM conv: TMA im2col loads
@@ -14,16 +14,19 @@
 // C and K must be multiples of 16 (TMA moves 16-byte aligned rows of channels); x, w and out start
 // at 16-byte aligned addresses. TMA im2col also bounds the geometry (CUTLASS's can_implement):
 // padding up to 128 on each side, (R - 1) * dilation_h and (S - 1) * dilation_w below 255.
+
 #include <cstdint>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/kernel_hardware_info.h"  // before the conv headers, which use it without including it
 #include "cute/tensor.hpp"
+
 #include "cutlass/conv/convnd_problem_shape.hpp"
 #include "cutlass/conv/dispatch_policy.hpp"
 #include "cutlass/conv/collective/collective_builder.hpp"
 #include "cutlass/conv/kernel/conv_universal.hpp"
+
 #include "cutlass/epilogue/dispatch_policy.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 
@@ -35,6 +38,7 @@
 // __grid_constant__ Params type when it lives in an anonymous namespace.
 namespace qgemm_kernel {
 using namespace cute;
+
 
 // Tile K is a nested shape: CUTLASS's conv mainloop walks K as (C, S, R), a tile of channels
 // per filter tap.
@@ -143,6 +147,7 @@ struct Adapter {
     return 0;
   }
 
+
   static __device__ void run(Params const& params, char* smem) {
     Kernel kernel;
     kernel(params, smem);
@@ -151,4 +156,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm90_s8s8_s8_64x128x64_c1x1_s4_2cta, qgemm_kernel::Adapter, "{\"arch\":90,\"cluster\":[1,1],\"ctas_per_sm\":2,\"family\":\"conv2d_int8_sm90\",\"stages\":4,\"tile\":[64,128,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm90_s8s8_s8_64x128x64_c1x1_s4_2cta, qgemm_kernel::Adapter, "{\"arch\":90,\"cluster\":[1,1],\"ctas_per_sm\":2,\"family\":\"conv2d_int8_sm90\",\"mainloop\":\"im2col\",\"stages\":4,\"tile\":[64,128,64]}")

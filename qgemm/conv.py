@@ -211,13 +211,20 @@ class ConvInt8Plan:
         geometry within TMA's bounds (the channel counts are the heuristic's to check)."""
         return self.target_sm >= 90 and ConvInt8Sm90Spec.supports_geometry(*self.kernel_geometry)
 
+    @property
+    def pointwise(self) -> bool:
+        """Whether the kernel's convolution is a plain GEMM over NHWC rows (1x1, stride 1, no
+        padding), which the Sm90 ping-pong GEMM kernels run."""
+        return ConvInt8Sm90Spec.is_pointwise(*self.kernel_geometry[:3])
+
     def choice(self, n: int, h: int, w: int, sm90: bool = True) -> ConvInt8Spec | ConvInt8Sm90Spec:
         """The kernel this plan runs for an input of N x H x W pixels (sm90=False: among the CUTLASS
         2.x kernels only)."""
         ho, wo = self.output_hw(h, w)
         return heuristics.conv_int8_choice(n * ho * wo, self.padded_channels, self.out_channels, self.target_sm,
                                            self._sm_count, sm90_fits=sm90 and self.sm90_fits,
-                                           taps=self.kernel_geometry[0][0] * self.kernel_geometry[0][1])
+                                           taps=self.kernel_geometry[0][0] * self.kernel_geometry[0][1],
+                                           pointwise=self.pointwise)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
                  choice: ConvInt8Spec | ConvInt8Sm90Spec | None = None) -> torch.Tensor:
@@ -319,6 +326,10 @@ class ConvInt8Plan:
             raise TypeError(f"choice must be a ConvInt8Spec or ConvInt8Sm90Spec, got {type(spec).__name__}")
         if not spec.supports_target(self.target_sm):
             raise ValueError(f"choice {spec.name} needs sm{spec.arch} or later; this plan runs on sm{self.target_sm}")
+        if isinstance(spec, ConvInt8Sm90Spec) and spec.mainloop == "pingpong" and not self.pointwise:
+            raise ValueError(f"choice {spec.name} (a GEMM) runs pointwise convolutions only (kernel (1, 1), stride "
+                             f"(1, 1), padding (0, 0)); this plan's kernel runs kernel {self.kernel_geometry[0]}, "
+                             f"stride {self.kernel_geometry[1]}, padding {self.kernel_geometry[2]}")
         if isinstance(spec, ConvInt8Sm90Spec) and not self.sm90_fits:
             raise ValueError(f"choice {spec.name} (TMA im2col) cannot run kernel {self.kernel_size}, stride "
                              f"{self.stride}, padding {self.padding}, dilation {self.dilation}: it needs stride <= "

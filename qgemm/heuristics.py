@@ -303,6 +303,9 @@ def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
 #       kernels: 1x1 64->256 67.8 against the best Sm90 74.4, 128->512 39.0 against 38.0 (64 x 128
 #       two per SM) and 46.6 (128 x 128 x 128), 256->1024 23.5 against 25.7, 512->1024 stride 2
 #       30.3 against 31.2.
+#   * never for fewer than 64 input channels: TMA im2col loads a tile K of channels per filter tap,
+#     the rest zeros (conv1 folded to 16 channels, 4x4: 719 us on two 128 x 64 per SM against 256
+#     on the Sm80 128 x 64 at batch 64; 21.7 against 15.3 at batch 1).
 #   * small M (batch 1, M <= 3136): 128 x 64 x 64 one per SM where K >= CONV_SM90_MIN_K: 3x3
 #     128->128 6.9 against the Sm80 64 x 64's 7.4, 256->256 9.3 against 10.4, 512->512 14.3
 #     against 16.7, 1x1 2048->512 7.9 against 8.8, 1024->256 5.6 against 5.7; below it the Sm80
@@ -312,13 +315,13 @@ CONV_SM90_MIN_K = 1024
 
 
 def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int,
-                     sm90_fits: bool = False, taps: int = 1) -> ConvInt8Spec | ConvInt8Sm90Spec:
+                     sm90_fits: bool = False, taps: int = 1, pointwise: bool = False) -> ConvInt8Spec | ConvInt8Sm90Spec:
     """The catalog's int8 conv kernel for an implicit GEMM of M = N*P*Q rows by out_channels
     (in_channels as the kernel reads them: a plan passes its padded count). sm90_fits: the
     convolution's geometry suits TMA im2col (ConvInt8Sm90Spec.supports_geometry); taps: the filter's
-    R*S (the GEMM's K is taps * in_channels)."""
+    R*S (the GEMM's K is taps * in_channels); pointwise: 1x1, stride 1, no padding (a plain GEMM)."""
     if CONV_PREFER_SM90 and sm90_fits:
-        sm90 = conv_int8_sm90_choice(m, in_channels, out_channels, target_sm, sm_count, taps)
+        sm90 = conv_int8_sm90_choice(m, in_channels, out_channels, target_sm, sm_count, taps, pointwise)
         if sm90 is not None:
             return sm90
     fitting = [s for s in catalog(target_sm, ConvInt8Spec.family) if s.supports_channels(in_channels, out_channels)]
@@ -332,17 +335,20 @@ def conv_int8_choice(m: int, in_channels: int, out_channels: int, target_sm: int
 
 
 def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm: int, sm_count: int,
-                          taps: int = 1) -> ConvInt8Sm90Spec | None:
+                          taps: int = 1, pointwise: bool = False) -> ConvInt8Sm90Spec | None:
     """The Sm90 catalog kernel the rule above takes for this implicit GEMM, or None where the Sm80
     kernels measured faster or none applies (target below sm90, channels not multiples of 16).
-    The geometry is the caller's to check."""
-    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family) if s.supports_channels(in_channels, out_channels)]
+    The geometry is the caller's to check (pointwise: the ping-pong GEMM kernels may run it)."""
+    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family) if s.supports_channels(in_channels, out_channels)
+               and s.mainloop == "im2col"]
 
     def kernel(tile, ctas_per_sm):
         found = [s for s in fitting if s.tile == tile and s.ctas_per_sm == ctas_per_sm]
         return found[0] if found else None
 
     k = taps * in_channels
+    if in_channels < 64:
+        return None
     tile_n = 64 if out_channels <= 64 else 128
     if -(-m // 128) * -(-out_channels // tile_n) < CONV_MIN_WAVE * sm_count:  # small M
         return kernel((128, 64, 64), 1) if k >= CONV_SM90_MIN_K else None

@@ -153,7 +153,19 @@ SM90_GEOMETRIES = [
     (2, 20, 19, 80, 144, 3, 2, 1, 1),    # tails: M, N past the tiles, C not filling a K step
     (2, 7, 9, 256, 144, 3, 1, 1, 1),     # C = 256: two 128-deep K steps per tap
     (4, 28, 28, 64, 128, 3, 1, 1, 1),    # several tiles in M and N
+    # Pointwise (the ping-pong GEMM kernels run these only; the four M = 1 ... 1000 above too):
+    (2, 20, 19, 80, 144, 1, 1, 0, 1),    # tails: M, N past the tiles, C not filling a K step
+    (2, 7, 9, 256, 48, 1, 1, 0, 1),      # C = 256: four K steps
+    (16, 28, 28, 64, 256, 1, 1, 0, 1),   # more tiles than SMs: the persistent kernels loop
 ]
+
+
+def _sm90_cases():
+    """(kernel, geometry) for every geometry each Sm90 catalog kernel can run."""
+    for spec in catalog(90, "conv2d_int8_sm90"):
+        for g in SM90_GEOMETRIES:
+            if spec.runs_geometry((g[5], g[5]), (g[6], g[6]), (g[7], g[7]), (g[8], g[8])):
+                yield pytest.param(spec, g, id=f"{spec.name}-" + "n{}_{}x{}_c{}_k{}_f{}_s{}_p{}_d{}".format(*g))
 
 
 def _requires_sm90():
@@ -162,8 +174,7 @@ def _requires_sm90():
 
 
 @pytest.mark.parametrize("input_zero, activation", [(-100, "none"), (57, "relu6"), (0, "relu")])
-@pytest.mark.parametrize("geometry", SM90_GEOMETRIES, ids=lambda g: "n{}_{}x{}_c{}_k{}_f{}_s{}_p{}_d{}".format(*g))
-@pytest.mark.parametrize("spec", catalog(90, "conv2d_int8_sm90"), ids=lambda s: s.name)
+@pytest.mark.parametrize("spec, geometry", list(_sm90_cases()))
 def test_sm90_kernels(spec, geometry, input_zero, activation):
     _requires_sm90()
     check_case(geometry, input_zero, activation, seed=sum(geometry) + spec.tile[1], choice=spec)

@@ -40,6 +40,9 @@ TILE_64 = ConvInt8Sm90Spec((64, 128, 64))
     (dict(tile=(128, 128, 64), stages=4, ctas_per_sm=2), "tile M x N at most 128 x 64"),
     (dict(tile=(128, 64, 64), ctas_per_sm=2), "needs a stage count"),
     (dict(tile=(128, 64, 128), stages=5, ctas_per_sm=2), "needs a stage count"),
+    (dict(tile=(128, 64, 64), mainloop="cooperative"), "mainloop must be one of ('im2col', 'pingpong')"),
+    (dict(tile=(128, 64, 64), stages=4, ctas_per_sm=2, mainloop="pingpong"), "the pingpong mainloop is persistent"),
+    (dict(tile=(128, 64, 64), cluster=(2, 1), mainloop="pingpong"), "the pingpong mainloop is persistent"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -74,6 +77,25 @@ def test_render():
     assert "StageCount<4>" in render(ConvInt8Sm90Spec((64, 128, 64), stages=4)).source
     assert "kMinBlocksPerSm = 1;" in src
     assert "kMinBlocksPerSm = 2;" in render(ConvInt8Sm90Spec((64, 128, 64), stages=4, ctas_per_sm=2)).source
+    assert "KernelTmaWarpSpecializedPingpong" not in src
+
+
+PINGPONG = ConvInt8Sm90Spec((128, 64, 64), mainloop="pingpong")
+
+
+def test_pingpong_gemm_kernel():
+    """The pointwise kernels: a CUTLASS 3.x GEMM (persistent ping-pong) over the NHWC rows, the same
+    epilogue tree; named apart, and only for 1x1, stride 1, no padding."""
+    assert PINGPONG.name == "qgemm_conv2d_int8_sm90_s8s8_s8_128x64x64_c1x1_pingpong"
+    assert spec_from_dict(PINGPONG.to_dict()) == PINGPONG and PINGPONG in catalog(90, "conv2d_int8_sm90")
+    src = render(PINGPONG).source
+    assert "cutlass::gemm::KernelTmaWarpSpecializedPingpong" in src and "cutlass::gemm::PersistentScheduler" in src
+    assert "using TileShape = Shape<_128, _64, _64>;" in src and "qgemm::conv::Sm90Requantize<TileShape>" in src
+    assert "KernelImplicitTmaWarpSpecializedSm90" not in src and "collective::CollectiveConv" not in src
+    assert PINGPONG.runs_geometry((1, 1), (1, 1), (0, 0), (2, 2))
+    for geometry in [((3, 3), (1, 1), (1, 1)), ((1, 1), (2, 2), (0, 0)), ((1, 1), (1, 1), (1, 0))]:
+        assert not PINGPONG.runs_geometry(*geometry, (1, 1))
+        assert TILE_64.runs_geometry(*geometry, (1, 1))
 
 
 # --- the geometry TMA im2col takes ------------------------------------------------------------------
@@ -155,6 +177,8 @@ def test_sm90_choice_on_resnet50(layer, batch64, batch1):
     (64 * 56 * 56, 64, 128, 9),     # Co > 64, Ci not a multiple of 128: not measured
     (64 * 56 * 56, 256, 192, 1),    # Co not a multiple of 128
     (56 * 56, 64, 64, 9),           # small M, K = 576 < CONV_SM90_MIN_K
+    (64 * 112 * 112, 16, 64, 16),   # conv1 folded: 16 channels fill a quarter of each tap's K tile
+    (112 * 112, 16, 64, 16),
 ])
 def test_sm90_choice_keeps_the_sm80_kernels_where_unmeasured_or_slower(m, ci, co, taps):
     assert heuristics.conv_int8_sm90_choice(m, ci, co, 90, 132, taps) is None
@@ -196,6 +220,19 @@ def test_plan_rejects_an_sm90_choice_that_does_not_fit(fake_gpu, capability, mak
     plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
     with pytest.raises(ValueError, match=fragment):
         plan(x_nhwc(2, 9, 7, w_q.shape[3]), choice=TILE_64)
+
+
+def test_plan_rejects_a_pingpong_choice_for_a_convolution_that_is_not_pointwise(fake_gpu):
+    fake_gpu()
+    w_q, quant, bias = layer(co=32, ci=16, k=3)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
+    assert not plan.pointwise
+    with pytest.raises(ValueError, match=r"runs pointwise convolutions only .* kernel \(3, 3\), stride \(1, 1\), "
+                                         r"padding \(1, 1\)"):
+        plan(x_nhwc(2, 9, 7, 16), choice=PINGPONG)
+    w_q, quant, bias = layer(co=32, ci=16, k=1)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias)
+    assert plan.pointwise and isinstance(plan(x_nhwc(2, 9, 7, 16), choice=PINGPONG), torch.Tensor)
 
 
 def test_plan_rejects_an_sm90_choice_past_tma_limits(fake_gpu):
@@ -287,6 +324,25 @@ def test_host_library_make_params_rejects_before_touching_the_driver(sm90_host):
     assert sm90_host.status_string(make(p0=0x1008, p1=0x2000, p2=0x3000, p3=0x4000, p5=0x5000)) == misaligned  # x
     assert sm90_host.status_string(make(p0=0x1000, p5=0x5004)) == misaligned   # out not 16-byte aligned
     assert sm90_host.status_string(make(p5=0x5000, p4=0x6002)) == misaligned   # border not 4-byte aligned
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_pingpong_host_library_plans_pointwise_problems_only(tmp_path):
+    """The ping-pong GEMM plans from the same slots: a persistent grid (at most one threadblock per
+    SM, three warp groups each), and BAD_PROBLEM for a filter, a stride, padding or no SM count."""
+    host = HostLibrary(str(build(PINGPONG, 90, tmp_path).so_path))
+    problem = conv_problem(64, 56, 56, 64, 256, (1, 1))
+    problem.sm_count = 132
+    status, launch = host.plan(problem)
+    assert status == 0, host.status_string(status)
+    assert 0 < launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132
+    assert tuple(launch.block) == (384, 1, 1) and tuple(launch.cluster) == (1, 1, 1)
+    assert 0 < launch.params_bytes <= PARAMS_CAPACITY
+    for other in [conv_problem(2, 9, 7, 16, 32, (3, 3), padding=(1, 1)), conv_problem(2, 9, 7, 16, 32, (1, 1), (2, 2)),
+                  conv_problem(2, 9, 7, 16, 32, (1, 1), padding=(1, 0)), conv_problem(2, 9, 7, 16, 32, (1, 1))]:
+        other.sm_count = 132 if other.ext[4] != problem.ext[4] or other.ext[5] or other.ext[6] != problem.ext[6] else 0
+        assert host.plan(other)[0] == 101
 
 
 @requires_nvcc

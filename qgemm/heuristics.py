@@ -303,6 +303,14 @@ def conv_int8_padded_channels(in_channels: int, out_channels: int) -> int:
 #       kernels: 1x1 64->256 67.8 against the best Sm90 74.4, 128->512 39.0 against 38.0 (64 x 128
 #       two per SM) and 46.6 (128 x 128 x 128), 256->1024 23.5 against 25.7, 512->1024 stride 2
 #       30.3 against 31.2.
+#   * pointwise convolutions (1x1, stride 1, no padding) with large M and Co > 64: the persistent
+#     ping-pong GEMM, 128 x 128 x 64, whatever K (its epilogue under the other warp group's
+#     WGMMAs): 1x1 64->256 62.9 against the Sm80 128 x 128's 69.2, 128->512 32.5 against 38.8,
+#     256->1024 20.0 against 23.5, 512->2048 18.1 against 20.5, 256->128 40.6 against 57.3 (128 x
+#     128 x 128), 512->256 23.1 against 32.4, 1024->512 17.1 against 21.8, 512->128 15.9 against
+#     17.1, 1024->256 13.3 against 13.6; the one loss 2048->512, 10.9 against 9.8. Co <= 64 keeps
+#     the two-per-SM 128 x 64 (1x1 64->64 18.3 against 19.6 on the 128 x 64 ping-pong). At batch 1
+#     the ping-pong kernels lost everywhere (by 0.3 to 2 us).
 #   * never for fewer than 64 input channels: TMA im2col loads a tile K of channels per filter tap,
 #     the rest zeros (conv1 folded to 16 channels, 4x4: 719 us on two 128 x 64 per SM against 256
 #     on the Sm80 128 x 64 at batch 64; 21.7 against 15.3 at batch 1).
@@ -339,11 +347,10 @@ def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm
     """The Sm90 catalog kernel the rule above takes for this implicit GEMM, or None where the Sm80
     kernels measured faster or none applies (target below sm90, channels not multiples of 16).
     The geometry is the caller's to check (pointwise: the ping-pong GEMM kernels may run it)."""
-    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family) if s.supports_channels(in_channels, out_channels)
-               and s.mainloop == "im2col"]
+    fitting = [s for s in catalog(target_sm, ConvInt8Sm90Spec.family) if s.supports_channels(in_channels, out_channels)]
 
-    def kernel(tile, ctas_per_sm):
-        found = [s for s in fitting if s.tile == tile and s.ctas_per_sm == ctas_per_sm]
+    def kernel(tile, ctas_per_sm, mainloop="im2col"):
+        found = [s for s in fitting if (s.tile, s.ctas_per_sm, s.mainloop) == (tile, ctas_per_sm, mainloop)]
         return found[0] if found else None
 
     k = taps * in_channels
@@ -352,10 +359,12 @@ def conv_int8_sm90_choice(m: int, in_channels: int, out_channels: int, target_sm
     tile_n = 64 if out_channels <= 64 else 128
     if -(-m // 128) * -(-out_channels // tile_n) < CONV_MIN_WAVE * sm_count:  # small M
         return kernel((128, 64, 64), 1) if k >= CONV_SM90_MIN_K else None
+    if out_channels <= 64:
+        return kernel((128, 64, 64), 2) if k >= out_channels else None
+    if pointwise:
+        return kernel((128, 128, 64), 1, "pingpong")
     if k < out_channels:
         return None
-    if out_channels <= 64:
-        return kernel((128, 64, 64), 2)
     if in_channels % 128 == 0 and out_channels % 128 == 0:
         return kernel((128, 128, 128), 1)
     return None

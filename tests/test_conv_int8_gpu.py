@@ -185,6 +185,7 @@ def test_sm90_kernels(spec, geometry, input_zero, activation):
     (1, 9, 11, 128, 64, 3, 1, 1, 1),     # small M, K = 1152: one 128 x 64 per SM
     (3, 56, 56, 64, 64, 3, 1, 1, 1),     # M = 9408 fills half a wave of 128-row tiles: two 128 x 64 per SM
     (2, 66, 66, 128, 128, 3, 1, 1, 1),   # M = 8712, Ci and Co multiples of 128: 128 x 128 x 128
+    (16, 28, 28, 64, 256, 1, 1, 0, 1),   # pointwise, Co > 64: the ping-pong GEMM
 ], ids=lambda g: "n{}_{}x{}_c{}_k{}_f{}_s{}_p{}_d{}".format(*g))
 def test_heuristic_runs_sm90_kernels_on_deep_gemms(geometry, input_zero, activation):
     """Where heuristics.conv_int8_sm90_choice takes an Sm90 kernel (on a GPU of at least 100 SMs,

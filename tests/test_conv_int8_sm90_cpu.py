@@ -128,32 +128,33 @@ def test_geometry_past_tma_im2col_limits(kernel, stride, padding, dilation, why)
 RESNET50_SM90 = [
     ((56, 64, 64, 1, 1), "s90 128x64x64/2", "s80"),
     ((56, 64, 64, 3, 1), "s90 128x64x64/2", "s80"),
-    ((56, 64, 256, 1, 1), "s80", "s80"),                        # K = 64 < Co: expand
+    ((56, 64, 256, 1, 1), "s90 128x128x64/1 pingpong", "s80"),  # pointwise: the ping-pong GEMM
     ((56, 256, 64, 1, 1), "s90 128x64x64/2", "s80"),
-    ((56, 256, 128, 1, 1), "s90 128x128x128/1", "s80"),
+    ((56, 256, 128, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((56, 128, 128, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
-    ((28, 128, 512, 1, 1), "s80", "s80"),
+    ((28, 128, 512, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((56, 256, 512, 1, 2), "s80", "s80"),                       # K = 256 < Co: downsample
-    ((28, 512, 128, 1, 1), "s90 128x128x128/1", "s80"),
+    ((28, 512, 128, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((28, 128, 128, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
-    ((28, 512, 256, 1, 1), "s90 128x128x128/1", "s80"),
+    ((28, 512, 256, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((28, 256, 256, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
-    ((14, 256, 1024, 1, 1), "s80", "s80"),
+    ((14, 256, 1024, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((28, 512, 1024, 1, 2), "s80", "s80"),
-    ((14, 1024, 256, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 1024, 256, 1, 1), "s90 128x128x64/1 pingpong", "s90 128x64x64/1"),
     ((14, 256, 256, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
-    ((14, 1024, 512, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((14, 1024, 512, 1, 1), "s90 128x128x64/1 pingpong", "s90 128x64x64/1"),
     ((14, 512, 512, 3, 2), "s90 128x128x128/1", "s90 128x64x64/1"),
-    ((7, 512, 2048, 1, 1), "s80", "s80"),
+    ((7, 512, 2048, 1, 1), "s90 128x128x64/1 pingpong", "s80"),
     ((14, 1024, 2048, 1, 2), "s80", "s90 128x64x64/1"),         # batch 1: K = 1024 deep enough
-    ((7, 2048, 512, 1, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
+    ((7, 2048, 512, 1, 1), "s90 128x128x64/1 pingpong", "s90 128x64x64/1"),
     ((7, 512, 512, 3, 1), "s90 128x128x128/1", "s90 128x64x64/1"),
 ]
 
 
 def _short(spec) -> str:
     if isinstance(spec, ConvInt8Sm90Spec):
-        return f"s90 {'x'.join(map(str, spec.tile))}/{spec.ctas_per_sm}"
+        pingpong = " pingpong" if spec.mainloop == "pingpong" else ""
+        return f"s90 {'x'.join(map(str, spec.tile))}/{spec.ctas_per_sm}{pingpong}"
     return f"s{spec.arch}"
 
 
@@ -161,12 +162,14 @@ def _short(spec) -> str:
 def test_sm90_choice_on_resnet50(layer, batch64, batch1):
     """The Sm90 kernels on deep GEMMs, the Sm80 ones on wide and shallow ones (heuristics.py): at
     batch 64 where K >= Co (two 128 x 64 per SM for Co = 64, 128 x 128 x 128 for Ci and Co multiples
-    of 128), at batch 1 where K >= CONV_SM90_MIN_K."""
+    of 128) and on every pointwise layer with Co > 64 (the ping-pong GEMM), at batch 1 where K >=
+    CONV_SM90_MIN_K."""
     assert heuristics.CONV_PREFER_SM90 is True
     size, ci, co, k, stride = layer
     ho, wo = conv_quant.output_hw((size, size), (k, k), (stride, stride), (k // 2, k // 2), (1, 1))
     for batch, expected in ((64, batch64), (1, batch1)):
-        spec = heuristics.conv_int8_choice(batch * ho * wo, ci, co, 90, 132, sm90_fits=True, taps=k * k)
+        spec = heuristics.conv_int8_choice(batch * ho * wo, ci, co, 90, 132, sm90_fits=True, taps=k * k,
+                                           pointwise=k == 1 and stride == 1)
         assert _short(spec) == expected, (layer, batch)
         assert spec.supports_channels(ci, co) and spec in catalog(90, spec.family)
     # Without the flag (geometry TMA cannot walk, or a plan told to) the Sm80 rule, as before.

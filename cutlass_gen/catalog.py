@@ -144,7 +144,7 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 # 64 x 64 for small batches (256 x 128 measured slower than 128 x 128 or 128 x 64 on every ResNet-50
 # layer); multiples of 4 on one 64 x 64 tile (a plan pads other input channel counts, the 3 of an RGB
 # input, to heuristics.CONV_PAD_CHANNELS_TO) and, for a few input channels (at most
-# heuristics.CONV_FEW_CHANNELS_MAX; not yet measured, so not yet chosen), on 128 x 64 with the
+# heuristics.CONV_FEW_CHANNELS_MAX, measured on conv1 before it was folded), on 128 x 64 with the
 # few-channels iterator and 4-byte cp.async (the optimized iterator spends a whole 64-deep K step on
 # each filter tap's 4 channels); output channels that are not a multiple of 4, with any input
 # channels, on the Turing two-stage mainloop with byte accesses and the few-channels iterator, which

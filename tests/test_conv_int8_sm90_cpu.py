@@ -1,5 +1,5 @@
 """The Sm90 int8 conv2d (conv2d_int8_sm90: TMA im2col + WGMMA) without a GPU: spec, name, catalog and
-rendering; which geometries TMA im2col takes; the kernel choice (off by default until measured);
+rendering; which geometries TMA im2col takes; the kernel choice (measured on an H100);
 the plan's checks of an explicit Sm90 choice; and the compiled host library (planning from the
 shared conv slots, rejections before the CUDA driver is touched). The epilogue's border test is
 the CUTLASS 2.x visitor's, mirrored in tests/test_conv_int8_cpu.py; the device code runs in

@@ -358,3 +358,19 @@ def test_two_per_sm_kernels_fit_twice(tmp_path):
     status, launch = host.plan(conv_problem(64, 56, 56, 64, 64, (3, 3), padding=(1, 1)))
     assert status == 0, host.status_string(status)
     assert 2 * launch.smem_bytes <= 227 * 1024
+
+
+def test_plan_falls_back_to_sm80_for_an_out_not_aligned_for_tma(fake_gpu):
+    """The plan's own Sm90 choice needs 16-byte aligned stores; a caller's `out` aligned to 4 bytes
+    only gets the Sm80 kernel the heuristic would take without the Sm90 ones, not an error."""
+    kernels = fake_gpu()
+    w_q, quant, bias = layer(co=64, ci=128, k=3)
+    plan = qgemm.ConvInt8Plan(w_q, quant, bias=bias, padding=1)
+    x = x_nhwc(1, 9, 11, 128)
+    assert isinstance(plan.choice(1, 9, 11), ConvInt8Sm90Spec)  # small M, K = 1152
+    plan(x)
+    out = torch.empty(9 * 11 * 64 + 4, dtype=torch.int8)[4:].view(1, 9, 11, 64)
+    plan(x, out)
+    sm80 = plan.choice(1, 9, 11, sm90=False)
+    assert sm80.arch == 80 and [s for s in kernels if kernels[s].problems] == [plan.choice(1, 9, 11), sm80]
+    assert kernels[sm80].problems[0].ptr[5] == out.data_ptr()

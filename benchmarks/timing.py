@@ -71,6 +71,60 @@ def bench_graph(fn, calls=20, replays=15) -> float:
     return statistics.median(times)
 
 
+def l2_bytes() -> int:
+    """The current GPU's L2 cache size in bytes."""
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+
+
+def rotation_count(weight_bytes: int, factor: float = 4.0) -> int:
+    """How many copies of a layer's weights make at least `factor` times the L2 size together: timed
+    in turn, no call finds its weights in L2, as a model's consecutive layers do not."""
+    return max(1, math.ceil(factor * l2_bytes() / max(1, weight_bytes)))
+
+
+def bench_graph_rotating(fns, min_calls=20, replays=15) -> float:
+    """Median microseconds per call of calls cycling over `fns` (each with its own copy of the
+    weights, see rotation_count), captured in one CUDA graph and replayed: the L2-cold time of a
+    layer inside a model. With one fn this is bench_graph."""
+    fns = list(fns)
+    rounds = max(1, math.ceil(min_calls / len(fns)))
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            fn()  # warm-up on the capture stream (allocations, lazy init)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        for _ in range(rounds):
+            for fn in fns:
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (rounds * len(fns)))
+    del graph
+    return statistics.median(times)
+
+
+def timed_rotating(fns) -> float:
+    """bench_graph_rotating(fns), or NaN (with the reason printed) when a call raises."""
+    try:
+        return bench_graph_rotating(fns)
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        print(f"  (failed: {str(e)[:100]})")
+        return math.nan
+
+
 def host_us(fn, calls=200, rounds=7) -> float:
     """Host time of one warm fn() call. Bursts of `calls` stay well under the driver's launch
     queue depth, so the host never waits for the GPU and the time is the host's alone."""

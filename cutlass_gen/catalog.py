@@ -46,7 +46,7 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 
 
 def _act_quant(target_sm: int) -> list[KernelSpec]:
-    return [ActQuantSpec(dtype) for dtype in ActQuantSpec.INPUTS]
+    return [ActQuantSpec(dtype, symmetric=symmetric) for symmetric in (False, True) for dtype in ActQuantSpec.INPUTS]
 
 
 # FP8 blockwise (sm90 only). Decode-sized M runs swapped (the weight's N on the kernel's M,

@@ -141,7 +141,8 @@ class W8A8GemmSpec(KernelSpec):
 
 @dataclass(frozen=True)
 class ActQuantSpec(KernelSpec):
-    """Per-row, per-K-block asymmetric int8 quantization of activations (plain CUDA)."""
+    """Per-row, per-K-block int8 quantization of activations (plain CUDA): asymmetric (scale,
+    offset and the sum of q per block) or, with `symmetric`, one scale per block (block-INT8)."""
 
     family: ClassVar[str] = "act_quant"
     template: ClassVar[str] = "act_quant.cu.j2"
@@ -149,12 +150,15 @@ class ActQuantSpec(KernelSpec):
 
     input: str
     arch: int = 75
+    symmetric: bool = False
 
     def __post_init__(self):
         if self.input not in self.INPUTS:
             raise ValueError(f"input must be one of {self.INPUTS}, got {self.input!r}")
         if self.arch != 75:
             raise ValueError(f"arch must be 75 for {self.family} (it runs on every later SM), got {self.arch!r}")
+        if not isinstance(self.symmetric, bool):
+            raise ValueError(f"symmetric must be a bool, got {self.symmetric!r}")
 
     @property
     def input_ctype(self) -> str:
@@ -162,7 +166,7 @@ class ActQuantSpec(KernelSpec):
 
     @property
     def name(self) -> str:
-        return f"qgemm_act_quant_sm{self.arch}_{self.input}_s8"
+        return f"qgemm_act_quant_sm{self.arch}_{self.input}_s8{'_sym' if self.symmetric else ''}"
 
 
 @dataclass(frozen=True)

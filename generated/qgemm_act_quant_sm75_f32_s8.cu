@@ -2,21 +2,25 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_act_quant_sm75_f32_s8
-// spec:   ActQuantSpec(input='f32', arch=75)
+// spec:   ActQuantSpec(input='f32', arch=75, symmetric=False)
 
 // Online activation quantization for the W8A8 per-K-block GEMM: each row of X [M, K] is cut
-// into K-blocks of block_size; each block is quantized asymmetrically to int8,
-//   x ~= scale * q + offset,  q in [-128, 127],
-// with scale = (max - min) / 255 and offset = min + 128 * scale (scale = 1, offset = min for a
-// constant block, which then quantizes exactly to q = 0). The GEMM also needs each block's sum
-// of q, so it is produced here in the same pass.
+// into K-blocks of block_size, each quantized to int8 by one warp.
+
+// Asymmetric (MNN's): x ~= scale * q + offset, q in [-128, 127], with scale = (max - min) / 255 and
+// offset = min + 128 * scale (scale = 1, offset = min for a constant block, which then quantizes
+// exactly to q = 0). The GEMM also needs each block's sum of q, so it is produced in the same pass.
+
+// A block holding NaN or Inf gets a NaN scale (and offset) and q = 0, so the GEMM carries the
+// non-finite value into every output of that row, as an unquantized GEMM would; a max that
+// ignored NaN (fmaxf) would make the row silently finite.
 //
 // QgemmProblem slots:
 //   m, k           X extent; k is a multiple of ext[0]
 //   ext[0]         block_size: 32, 64, 128 or 256
 //   ptr[0], ld[0]  X float [M, K] row-major
 //   ptr[1], ld[1]  Q int8 [M, K] row-major (output)
-//   ptr[2..4]      scale, offset, sum: float [K / block_size, M] (outputs)
+//   ptr[2..4]      scale, offset, sum: float [K / block_size, M] (outputs; symmetric: scale only)
 #include <cstdint>
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
@@ -40,24 +44,42 @@ struct Params {
   int block_size;
 };
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
+__device__ __forceinline__ float warp_min(float v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
 // One warp quantizes one (row, K-block); lane l owns kPerLane consecutive elements.
 template <int kPerLane>
 __device__ void quantize_block(Params const& p, int row, int block, int lane) {
   int64_t col = int64_t(block) * p.block_size + lane * kPerLane;
   ElementInput const* src = p.x + row * p.ldx + col;
   float v[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) v[i] = float(src[i]);
+  // Any NaN or Inf in the block (x - x is NaN exactly for those).
+  bool finite = true;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) finite &= (v[i] - v[i]) == 0.f;
+  finite = __all_sync(0xffffffffu, finite);
+  int8_t out[kPerLane];
+  int64_t at = int64_t(block) * p.m + row;
+
   float lo = INFINITY, hi = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    v[i] = float(src[i]);
     lo = fminf(lo, v[i]);
     hi = fmaxf(hi, v[i]);
   }
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) {
-    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, s));
-    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, s));
-  }
+  lo = warp_min(lo);
+  hi = warp_max(hi);
   // Explicit rounding intrinsics keep nvcc from contracting into FMAs, so the
   // result matches the torch reference (qgemm/reference.py) bit for bit.
   float scale = __fdiv_rn(__fsub_rn(hi, lo), 255.f);
@@ -69,25 +91,24 @@ __device__ void quantize_block(Params const& p, int row, int block, int lane) {
     offset = lo;
   }
   int total = 0;
-  int8_t out[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     float r = rintf(__fdiv_rn(__fsub_rn(v[i], offset), scale));
-    int qi = int(fminf(fmaxf(r, -128.f), 127.f));
+    int qi = finite ? int(fminf(fmaxf(r, -128.f), 127.f)) : 0;
     out[i] = int8_t(qi);
     total += qi;
   }
-  int8_t* dst = p.q + row * p.ldq + col;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) dst[i] = out[i];
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) total += __shfl_xor_sync(0xffffffffu, total, s);
   if (lane == 0) {
-    int64_t at = int64_t(block) * p.m + row;
-    p.scale[at] = scale;
-    p.offset[at] = offset;
+    p.scale[at] = finite ? scale : NAN;
+    p.offset[at] = finite ? offset : NAN;
     p.sum[at] = float(total);
   }
+
+  int8_t* dst = p.q + row * p.ldq + col;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) dst[i] = out[i];
 }
 
 struct Adapter {
@@ -142,4 +163,4 @@ struct Adapter {
 
 }  // namespace
 
-QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_f32_s8, Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"f32\"}")
+QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_f32_s8, Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"f32\",\"symmetric\":false}")

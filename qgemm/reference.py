@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 ACTIVATIONS = ("none", "relu", "relu6")
+W8A8_ACTIVATIONS = ACTIVATIONS + ("silu",)  # the Sm90 W8A8 kernels add SiLU
 
 
 def clamp_bounds(activation: str) -> tuple[float, float]:
@@ -24,7 +25,8 @@ def clamp_bounds(activation: str) -> tuple[float, float]:
 
 
 def quantize_blocks(x: torch.Tensor, block_size: int):
-    """Asymmetric int8 per (row, K-block): x ~= scale * q + offset.
+    """Asymmetric int8 per (row, K-block): x ~= scale * q + offset. A block with NaN or Inf gets a
+    NaN scale and offset and q = 0.
 
     Returns q int8 [R, K] and scale, offset, qsum float32 [K / block_size, R]
     (block-major: a block's vectors are contiguous, as the GEMM epilogue reads them).
@@ -33,6 +35,8 @@ def quantize_blocks(x: torch.Tensor, block_size: int):
     if k % block_size:
         raise ValueError(f"K={k} must be a multiple of block_size={block_size}")
     blocks = x.float().reshape(rows, k // block_size, block_size)
+    finite = torch.isfinite(blocks).all(dim=2)
+    blocks = torch.where(finite[..., None], blocks, 0.0)
     lo = blocks.amin(dim=2)
     hi = blocks.amax(dim=2)
     scale = (hi - lo) / 255.0
@@ -40,6 +44,11 @@ def quantize_blocks(x: torch.Tensor, block_size: int):
     offset = torch.where(flat, lo, lo + 128.0 * scale)
     scale = torch.where(flat, torch.ones_like(scale), scale)
     q = torch.round((blocks - offset[..., None]) / scale[..., None]).clamp_(-128, 127)
+    # A block holding NaN or Inf: NaN scale and offset, q = 0 (the activation kernel does the same),
+    # so the non-finite value reaches every output of its row.
+    q = torch.where(finite[..., None], q, 0.0)
+    scale = torch.where(finite, scale, float("nan"))
+    offset = torch.where(finite, offset, float("nan"))
     qsum = q.sum(dim=2)
     q = q.to(torch.int8).reshape(rows, k)
     return q, scale.t().contiguous(), offset.t().contiguous(), qsum.t().contiguous()
@@ -59,6 +68,96 @@ def w8a8_gemm(a_q, a_scale, a_offset, b_q, b_scale, b_offset, block_size, bias=N
     out = a @ b.t()
     if bias is not None:
         out = out + bias.cpu().double()
+    return apply_activation(out, activation)
+
+
+# --- W8A8, symmetric block-INT8 (the scheme SGLang and vLLM run for DeepSeek-V3/R1 INT8) --------
+#
+# Activations: one scale per (row, K-block), x ~= scale * q, q in [-127, 127]. Weights [N, K]: one
+# scale per (128 rows, K-block): DeepSeek's weight_scale_inv [ceil(N / 128), K / block_size].
+
+W8A8_WEIGHT_BLOCK_N = 128
+INT8_EPS = 1e-10  # floor of a group's amax, so an all-zero group gets a finite scale
+
+
+def _int8_scales(amax: torch.Tensor):
+    """scale = amax / 127 and its multiplier inv = 127 / amax, each one IEEE division, tensor by
+    tensor (torch turns division by a Python scalar into a multiplication by its reciprocal, which
+    rounds differently from the kernel's division). amax keeps NaN: clamp_min propagates it."""
+    amax = amax.clamp_min(INT8_EPS)
+    fmax = torch.full_like(amax, 127.0)
+    return amax / fmax, fmax / amax
+
+
+def _round_int8_symmetric(values: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """rint(values * inv) clamped to [-127, 127]; a NaN product (non-finite input) becomes 0, as in
+    the kernel: the group's scale (NaN or Inf) already carries the non-finite value to the output."""
+    r = torch.round(values * inv).clamp(-127, 127)
+    return torch.nan_to_num(r, nan=0.0)
+
+
+def quantize_blocks_symmetric(x: torch.Tensor, block_size: int):
+    """Symmetric int8 per (row, K-block), the activation kernel's float32 arithmetic:
+    amax = max(max|x|, 1e-10), scale = amax / 127, q = rint(x * (127 / amax)).
+
+    Returns q int8 [R, K] and scale float32 [K / block_size, R] (block-major)."""
+    rows, k = x.shape
+    if k % block_size:
+        raise ValueError(f"K={k} must be a multiple of block_size={block_size}")
+    blocks = x.float().reshape(rows, k // block_size, block_size)
+    finite = torch.isfinite(blocks).all(dim=2)
+    scale, inv = _int8_scales(blocks.abs().amax(dim=2))
+    q = _round_int8_symmetric(blocks, inv[..., None])
+    # A block holding NaN or Inf: NaN scale and q = 0, as the activation kernel writes them.
+    q = torch.where(finite[..., None], q, 0.0).to(torch.int8).reshape(rows, k)
+    scale = torch.where(finite, scale, float("nan"))
+    return q, scale.t().contiguous()
+
+
+def quantize_weight_blocks_symmetric(w: torch.Tensor, block_size: int):
+    """Symmetric int8 per (128 rows, K-block) of a weight [N, K]: q int8 [N, K] and weight_scale_inv
+    float32 [ceil(N / 128), K / block_size], w ~= scale_inv * q blockwise (DeepSeek's block-INT8).
+    The last row block may be partial; its scale covers the rows present."""
+    n, k = w.shape
+    if k % block_size:
+        raise ValueError(f"K={k} must be a multiple of block_size={block_size}")
+    bn = W8A8_WEIGHT_BLOCK_N
+    nb = -(-n // bn)
+    padded = torch.zeros((nb * bn, k), dtype=torch.float32, device=w.device)
+    padded[:n] = w.float()
+    blocks = padded.reshape(nb, bn, k // block_size, block_size)
+    scale, inv = _int8_scales(blocks.abs().amax(dim=(1, 3)))
+    q = _round_int8_symmetric(blocks, inv[:, None, :, None]).to(torch.int8)
+    return q.reshape(nb * bn, k)[:n].contiguous(), scale
+
+
+def dequantize_blocks_symmetric(q: torch.Tensor, scale: torch.Tensor, block_size: int) -> torch.Tensor:
+    """float64 [R, K] from activations q [R, K] and block-major scales [K / block_size, R]."""
+    rows, k = q.shape
+    return (q.double().reshape(rows, k // block_size, block_size) * scale.t().double()[..., None]).reshape(rows, k)
+
+
+def dequantize_weight_blocks_symmetric(q: torch.Tensor, scale_inv: torch.Tensor, block_size: int) -> torch.Tensor:
+    """float64 [N, K] from a block-INT8 weight q [N, K] and weight_scale_inv [ceil(N / 128), K / block_size]."""
+    n, k = q.shape
+    scale = scale_inv.double().repeat_interleave(W8A8_WEIGHT_BLOCK_N, 0).repeat_interleave(block_size, 1)
+    return q.double() * scale[:n]
+
+
+def w8a8_gemm_symmetric(a_q, a_scale, b_q, b_scale_inv, block_size, bias=None, activation="none"):
+    """float64 reference of the symmetric block-INT8 GEMM from the same quantized inputs."""
+    a = dequantize_blocks_symmetric(a_q.cpu(), a_scale.cpu(), block_size)
+    b = dequantize_weight_blocks_symmetric(b_q.cpu(), b_scale_inv.cpu(), block_size)
+    out = a @ b.t()
+    if bias is not None:
+        out = out + bias.cpu().double()
+    return apply_activation(out, activation)
+
+
+def apply_activation(out: torch.Tensor, activation: str) -> torch.Tensor:
+    """The W8A8 epilogue's activation in float64: a clamp (none/ReLU/ReLU6) or SiLU."""
+    if activation == "silu":
+        return out * torch.sigmoid(out)
     lo, hi = clamp_bounds(activation)
     return out.clamp(lo, hi)
 

@@ -39,28 +39,45 @@ def _check_block_size(block_size) -> int:
     return block_size
 
 
+SCHEMES = ("asymmetric", "symmetric")
+WEIGHT_BLOCK_N = reference.W8A8_WEIGHT_BLOCK_N  # symmetric weights: one scale per 128 rows x K-block
+
+
 @dataclass(frozen=True)
 class QuantizedActivations:
-    """Activations quantized per (row, K-block): q [M, K] int8, and block-major
-    scale, offset and sum of q, each float32 [K / block_size, M]."""
+    """Activations quantized per (row, K-block): q [M, K] int8 and block-major float32 vectors
+    [K / block_size, M]: scale, and for the asymmetric scheme offset and the sum of q
+    (x ~= scale * q + offset). Symmetric activations (x ~= scale * q) have offset = qsum = None."""
 
     q: torch.Tensor
     scale: torch.Tensor
-    offset: torch.Tensor
-    qsum: torch.Tensor
+    offset: torch.Tensor | None
+    qsum: torch.Tensor | None
     block_size: int
+
+    @property
+    def scheme(self) -> str:
+        return "symmetric" if self.offset is None else "asymmetric"
 
 
 @dataclass(frozen=True)
 class W8A8Weight:
-    """Weights [N, K] quantized per (column n, K-block): qweight int8 [N, K], and
-    block-major scale, offset and sum of q, each float32 [K / block_size, N]."""
+    """Weights [N, K] (nn.Linear layout) quantized to int8 per K-block, in one of two schemes:
+
+    * "asymmetric" (MNN's): per (column n, K-block) w ~= scale * q + offset; scale, offset and the
+      sum of q are block-major float32 [K / block_size, N]. Activations are quantized the same way.
+    * "symmetric" (block-INT8, as SGLang and vLLM run DeepSeek-V3/R1 INT8 checkpoints): w ~= scale * q
+      per (128 rows, K-block); scale is DeepSeek's weight_scale_inv, float32 [ceil(N / 128),
+      K / block_size] row-major; offset = qsum = None. Activations are quantized symmetrically per
+      (row, K-block).
+    """
 
     qweight: torch.Tensor
     scale: torch.Tensor
-    offset: torch.Tensor
-    qsum: torch.Tensor
+    offset: torch.Tensor | None
+    qsum: torch.Tensor | None
     block_size: int
+    scheme: str = "asymmetric"
 
     @property
     def n(self) -> int:
@@ -75,19 +92,24 @@ class W8A8Weight:
         return self.qweight.device
 
     @classmethod
-    def from_float(cls, weight: torch.Tensor, block_size: int) -> "W8A8Weight":
-        """Quantize a float weight [N, K] (nn.Linear layout) per column and K-block."""
+    def from_float(cls, weight: torch.Tensor, block_size: int, scheme: str = "asymmetric") -> "W8A8Weight":
+        """Quantize a float weight [N, K] (nn.Linear layout), on its device: per column and K-block
+        (asymmetric) or per 128 rows and K-block (symmetric)."""
         _check_block_size(block_size)
+        _checks.one_of("scheme", scheme, SCHEMES)
         _checks.tensor("weight", weight, (torch.float32, torch.float16, torch.bfloat16), ndim=2)
         _check_shape_nk("weight", *weight.shape, block_size)
+        if scheme == "symmetric":
+            q, scale_inv = reference.quantize_weight_blocks_symmetric(weight, block_size)
+            return cls(q, scale_inv, None, None, block_size, "symmetric")
         q, scale, offset, qsum = reference.quantize_blocks(weight, block_size)
         return cls(q, scale, offset, qsum, block_size)
 
     @classmethod
     def from_quantized(cls, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                        block_size: int) -> "W8A8Weight":
-        """Wrap pre-quantized weights: w[n, k] = scale[n, i] * qweight[n, k] + offset[n, i] with
-        i = k // block_size; scale and offset are [N, K / block_size]. Column sums are computed here."""
+        """Wrap pre-quantized asymmetric weights: w[n, k] = scale[n, i] * qweight[n, k] + offset[n, i]
+        with i = k // block_size; scale and offset are [N, K / block_size]. Column sums are computed here."""
         _check_block_size(block_size)
         _checks.tensor("qweight", qweight, (torch.int8,), ndim=2)
         n, k = qweight.shape
@@ -100,12 +122,30 @@ class W8A8Weight:
         return cls(qweight.contiguous(), scale.float().t().contiguous(), offset.float().t().contiguous(),
                    qsum.float().t().contiguous(), block_size)
 
+    @classmethod
+    def from_block_int8(cls, weight: torch.Tensor, weight_scale_inv: torch.Tensor,
+                        block_size: int = 128) -> "W8A8Weight":
+        """Wrap a block-INT8 checkpoint pair (DeepSeek-V3/R1 INT8, SGLang/vLLM's
+        `weight_block_size: [128, 128]`): weight int8 [N, K] and weight_scale_inv float
+        [ceil(N / 128), K / block_size], w ~= weight_scale_inv * weight blockwise."""
+        _check_block_size(block_size)
+        _checks.tensor("weight", weight, (torch.int8,), ndim=2)
+        n, k = weight.shape
+        _check_shape_nk("weight", n, k, block_size)
+        _checks.tensor("weight_scale_inv", weight_scale_inv, (torch.float32, torch.bfloat16, torch.float16), ndim=2)
+        _checks.shape("weight_scale_inv", weight_scale_inv, (-(-n // WEIGHT_BLOCK_N), k // block_size))
+        _checks.same_device("weight_scale_inv", weight_scale_inv, weight.device)
+        return cls(weight.contiguous(), weight_scale_inv.float().contiguous(), None, None, block_size, "symmetric")
+
     def to(self, device) -> "W8A8Weight":
-        return W8A8Weight(self.qweight.to(device), self.scale.to(device), self.offset.to(device),
-                          self.qsum.to(device), self.block_size)
+        move = (lambda t: None if t is None else t.to(device))
+        return W8A8Weight(self.qweight.to(device), self.scale.to(device), move(self.offset), move(self.qsum),
+                          self.block_size, self.scheme)
 
     def dequantize(self) -> torch.Tensor:
         """float64 [N, K]."""
+        if self.scheme == "symmetric":
+            return reference.dequantize_weight_blocks_symmetric(self.qweight, self.scale, self.block_size)
         return reference.dequantize_blocks(self.qweight, self.scale, self.offset, self.block_size)
 
 
@@ -117,41 +157,47 @@ def _check_shape_nk(name: str, n: int, k: int, block_size: int):
 
 
 class _ActQuantLauncher:
-    """The activation-quantization kernel for one input dtype."""
+    """The activation-quantization kernels (one per input dtype and scheme, loaded on demand)."""
 
     def __init__(self):
         self._call = CallBuffers()
         self._problem = QgemmProblem()
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
-    def __call__(self, x: torch.Tensor, block_size: int) -> QuantizedActivations:
+    def __call__(self, x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
         m, k = x.shape
         device = x.device
         target = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
-        kernel = get_kernel(ActQuantSpec(INPUT_DTYPES[x.dtype]), target)
+        kernel = get_kernel(ActQuantSpec(INPUT_DTYPES[x.dtype], symmetric=symmetric), target)
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
-        vecs = torch.empty((3, blocks, m), dtype=torch.float32, device=device)
+        vecs = torch.empty((1 if symmetric else 3, blocks, m), dtype=torch.float32, device=device)
         stream = current_stream(device.index)
         with self._lock:
             p = self._problem
             p.m, p.n, p.k = m, 0, k
             p.ext[0] = block_size
-            p.ptr[0], p.ptr[1] = x.data_ptr(), q.data_ptr()
-            p.ptr[2], p.ptr[3], p.ptr[4] = vecs[0].data_ptr(), vecs[1].data_ptr(), vecs[2].data_ptr()
+            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), vecs[0].data_ptr()
+            p.ptr[3], p.ptr[4] = (None, None) if symmetric else (vecs[1].data_ptr(), vecs[2].data_ptr())
             p.ld[0], p.ld[1] = k, k
             launch = kernel.plan(p)
             kernel.launch(p, launch, device.index, stream, 0, self._call)
+        if symmetric:
+            return QuantizedActivations(q, vecs[0], None, None, block_size)
         return QuantizedActivations(q, vecs[0], vecs[1], vecs[2], block_size)
 
 
 _act_quant = _ActQuantLauncher()
 
 
-def quantize_activations(x: torch.Tensor, block_size: int) -> QuantizedActivations:
+def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
     """Quantize activations x [M, K] (float32/float16/bfloat16, CUDA, contiguous) per row
-    and K-block on the GPU, on the current stream."""
+    and K-block on the GPU, on the current stream: asymmetric (x ~= scale * q + offset) or, with
+    `symmetric`, x ~= scale * q (the block-INT8 scheme). A block with NaN or Inf gets a NaN scale,
+    so the GEMM's outputs of that row are NaN."""
     _check_block_size(block_size)
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
     _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
     _checks.cuda_device("x", x)
     _checks.contiguous("x", x)
@@ -159,7 +205,7 @@ def quantize_activations(x: torch.Tensor, block_size: int) -> QuantizedActivatio
     if m == 0:
         raise ValueError("x must have at least one row, got shape (0, K)")
     _checks.multiple("x.shape[1] (K)", k, block_size, f"block_size={block_size}")
-    return _act_quant(x, block_size)
+    return _act_quant(x, block_size, symmetric)
 
 
 class W8A8GemmPlan:

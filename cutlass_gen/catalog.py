@@ -18,6 +18,7 @@ from .specs import (
     FpAIntBGemvSpec,
     KernelSpec,
     W8A8GemmSpec,
+    W8A8Sm90Spec,
 )
 
 # (tile, warp) pairs: a large tile for large M, a small one for parallelism at
@@ -42,6 +43,32 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
         specs += [W8A8GemmSpec(75, tile, warp, 2, output) for tile, warp in _W8A8_SM75_TILES]
         if target_sm >= 80:
             specs += [W8A8GemmSpec(80, tile, warp, stages, output) for tile, warp, stages in _W8A8_SM80_TILES]
+    return specs
+
+
+# W8A8 on sm90 (each K-block's int32 product promoted into FP32 registers): what
+# qgemm.heuristics.w8a8_sm90_choice picks for the symmetric block-INT8 scheme (block 128, FP16 and
+# BF16 outputs) and the asymmetric one (every block size, FP16 output): swapped narrow-token tiles
+# for decode-sized M, the 128 x 128 cooperative kernel beyond (stream-K when the tiles do not fill
+# the GPU). Other outputs and the SiLU epilogue are built on first use.
+# (tile, swap_ab, scheduler)
+_W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 32), True, "persistent"), ((128, 64), True, "persistent")]
+_W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
+
+
+def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
+    if target_sm < 90:
+        return []
+
+    def spec(config, block_size, scheme, output):
+        tile, swap_ab, scheduler = config
+        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab)
+
+    specs = [spec(c, 128, "symmetric", output) for output in ("f16", "bf16")
+             for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
+    specs += [spec(c, 128, "asymmetric", "f16") for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
+    specs += [spec(c, block_size, "asymmetric", "f16") for block_size in (32, 64, 256)
+              for c in (_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0])]
     return specs
 
 
@@ -197,6 +224,7 @@ def _conv2d_int8_sm90(target_sm: int) -> list[KernelSpec]:
 
 _FAMILY_CATALOGS = {
     W8A8GemmSpec.family: _w8a8,
+    W8A8Sm90Spec.family: _w8a8_sm90,
     ActQuantSpec.family: _act_quant,
     Fp8BlockwiseGemmSpec.family: _fp8_gemm,
     Fp8ActQuantSpec.family: _fp8_act_quant,

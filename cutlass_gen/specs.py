@@ -140,6 +140,103 @@ class W8A8GemmSpec(KernelSpec):
 
 
 @dataclass(frozen=True)
+class W8A8Sm90Spec(KernelSpec):
+    """W8A8 GEMM quantized per K-block on Sm90: TMA + int8 WGMMA over one K-block at a time, each
+    block's int32 product promoted into FP32 registers with the block's scale (and, asymmetric,
+    offset) vectors (templates/include/qgemm/w8a8/sm90_block_promote.hpp), a CUTLASS 3.x
+    warp-specialized kernel with an epilogue of bias and activation.
+
+    `tile` (M, N) is in the kernel's own M x N: with swap_ab the kernel computes out^T = W X^T, its
+    M over the weight's rows and its N over the tokens (a decode batch on a narrow tile). Pipeline
+    stages hold 128 K each: blocks of 32 and 64 are promoted 4 and 2 times per stage, a block of
+    256 over two stages. `scheme`: "asymmetric" (MNN's per-block scale and offset of both operands)
+    or "symmetric" (block-INT8: activation scales per (row, block), weight scales per (128 rows,
+    block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu".
+    """
+
+    family: ClassVar[str] = "w8a8_gemm_sm90"
+    template: ClassVar[str] = "w8a8_gemm_sm90.cu.j2"
+    SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
+    BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
+    OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
+    EPILOGUES: ClassVar[dict] = {"clamp": "Clamp", "silu": "SiLu"}
+    SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
+    SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
+    CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (1, 2))
+    WEIGHT_BLOCK_N: ClassVar[int] = 128  # symmetric weights: one scale per 128 rows
+    TILE_K: ClassVar[int] = 128
+
+    tile: tuple
+    block_size: int
+    scheme: str
+    output: str
+    schedule: str = "cooperative"
+    scheduler: str = "persistent"
+    swap_ab: bool = False
+    epilogue: str = "clamp"
+    cluster: tuple = (1, 1)
+    arch: int = 90
+
+    def __post_init__(self):
+        tile = tuple(int(v) for v in self.tile)
+        cluster = tuple(int(v) for v in self.cluster)
+        object.__setattr__(self, "tile", tile)
+        object.__setattr__(self, "cluster", cluster)
+        if self.arch != 90:
+            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        if len(tile) != 2:
+            raise ValueError(f"tile is an (M, N) pair, got {self.tile!r}")
+        for what, value, allowed in (("block_size", self.block_size, self.BLOCK_SIZES), ("scheme", self.scheme, self.SCHEMES),
+                                     ("output", self.output, self.OUTPUTS), ("epilogue", self.epilogue, tuple(self.EPILOGUES)),
+                                     ("schedule", self.schedule, self.SCHEDULES),
+                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("cluster", cluster, self.CLUSTERS)):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"swap_ab must be a bool, got {self.swap_ab!r}")
+        if self.scheme == "symmetric" and self.block_size != 128:
+            raise ValueError(f"the symmetric (block-INT8) scheme has 128 x 128 weight blocks: block_size 128, "
+                             f"got {self.block_size}")
+        tm, tn = tile
+        # WGMMA M is 64 per warp group: cooperative splits the tile's rows over two warp groups,
+        # ping-pong gives each warp group a whole tile. Beside the FP32 accumulators each thread
+        # holds as many int32 block temporaries: 128 x 128 per tile (64 + 64 registers per thread
+        # over 256 threads) leaves room for the rest; wider tiles would spill.
+        rows = {"cooperative": (128,), "pingpong": (64,)}[self.schedule]
+        if tm not in rows:
+            raise ValueError(f"tile M must be one of {rows} with the {self.schedule} schedule, got {tm}")
+        if tn % 8 or not 8 <= tn <= 128:
+            raise ValueError(f"tile N must be a multiple of 8 in [8, 128] (WGMMA N; accumulators and block "
+                             f"temporaries in registers), got {tn}")
+        if self.schedule == "pingpong" and self.scheduler == "streamk":
+            raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
+
+    @property
+    def output_ctype(self) -> str:
+        return CTYPES[self.output]
+
+    @property
+    def activation_functor(self) -> str:
+        return self.EPILOGUES[self.epilogue]
+
+    @property
+    def weight_scale_per_tile(self) -> bool:
+        """Symmetric weights have one scale per 128 rows: a weight tile extent dividing 128 reads one."""
+        weight_extent = self.tile[0] if self.swap_ab else self.tile[1]
+        return self.scheme == "symmetric" and self.WEIGHT_BLOCK_N % weight_extent == 0
+
+    @property
+    def name(self) -> str:
+        tm, tn = self.tile
+        cm, cn = self.cluster
+        scheme = "asym" if self.scheme == "asymmetric" else "sym"
+        swap = "_swapab" if self.swap_ab else ""
+        epilogue = "" if self.epilogue == "clamp" else f"_{self.epilogue}"
+        return (f"qgemm_w8a8_gemm_sm90_s8s8_{self.output}_{scheme}_b{self.block_size}"
+                f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}_{self.scheduler}{swap}{epilogue}")
+
+
+@dataclass(frozen=True)
 class ActQuantSpec(KernelSpec):
     """Per-row, per-K-block int8 quantization of activations (plain CUDA): asymmetric (scale,
     offset and the sum of q per block) or, with `symmetric`, one scale per block (block-INT8)."""
@@ -670,7 +767,7 @@ class ConvInt8Sm90Spec(KernelSpec):
         return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}{ctas}{mainloop}"
 
 
-FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
+FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, W8A8Sm90Spec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
                                         FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec,
                                         FpAIntBConvSpec, ConvInt8Sm90Spec)}
 

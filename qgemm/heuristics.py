@@ -20,6 +20,7 @@ from cutlass_gen.specs import (
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
     W8A8GemmSpec,
+    W8A8Sm90Spec,
 )
 
 
@@ -50,6 +51,45 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
         if spec.tile[:2] == tile_mn:
             return spec
     return candidates[0]
+
+
+# --- W8A8 on sm90 (register promotion per K-block, W8A8Sm90Spec) -------------------------------
+#
+# Provisional, to be set from benchmarks/bench_w8a8.py --sweep on an H100 (the FP8 family's rules,
+# whose kernels have the same structure, are the starting point):
+#   * decode-sized M: swap A and B so the weight's rows fill the 128-row tile and the tokens a
+#     narrow tile N (16, 32, 64): the narrowest whose (weight tiles x token tiles) fit one wave,
+#     so every weight byte is read once from DRAM;
+#   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
+#     promotes its block product, the other's WGMMAs run), persistent; stream-K when the output
+#     tiles do not fill the GPU once (few tiles, deep K).
+W8A8_SM90_SWAP_MAX_M = 64
+W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
+
+
+@dataclass(frozen=True)
+class W8A8Sm90Choice:
+    """A W8A8 Sm90 kernel plus its run-time scheduling knobs (QgemmProblem ext[1..3])."""
+
+    spec: W8A8Sm90Spec
+    raster: int = 0
+    swizzle: int = 1
+    splits: int = 0  # stream-K kernels only: 0 lets CUTLASS choose the decomposition
+
+
+def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, epilogue: str,
+                     sm_count: int) -> W8A8Sm90Choice:
+    def spec(tile, swap_ab, scheduler="persistent"):
+        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue)
+
+    weight_tiles = -(-n // 128)
+    if m <= W8A8_SM90_SWAP_MAX_M:
+        fits = [t for t in W8A8_SM90_SWAP_TILES_N if weight_tiles * -(-m // t) <= sm_count]
+        return W8A8Sm90Choice(spec((128, fits[0] if fits else W8A8_SM90_SWAP_TILES_N[-1]), True))
+    tiles = -(-m // 128) * weight_tiles
+    if tiles < sm_count:
+        return W8A8Sm90Choice(spec((128, 128), False, "streamk"))
+    return W8A8Sm90Choice(spec((128, 128), False))
 
 
 # --- FP8 blockwise (sm90) ----------------------------------------------------------------------

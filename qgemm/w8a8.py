@@ -1,14 +1,20 @@
-"""W8A8 GEMM with per-K-block asymmetric quantization of both operands.
+"""W8A8 GEMM quantized per K-block, in two schemes.
 
-    out[M, N] = clamp( sum over K-blocks i of
+Asymmetric (MNN's), both operands x = s q + o per (row/column, K-block):
+
+    out[M, N] = act( sum over K-blocks i of
                   s_A[m,i] s_B[n,i] (A_q B_q^T)_i + s_A[m,i] o_B[n,i] sumA[m,i]
                 + o_A[m,i] (s_B[n,i] sumB[n,i] + block_size o_B[n,i])  + bias[n] )
 
-Weights are quantized once (W8A8Weight), activations online per call
-(quantize_activations, a kernel). The GEMM runs one threadblock per (tile, K-block)
-and folds the blocks of a tile in order through CUTLASS's serial split-K semaphore:
-one launch whatever the number of blocks (`chained`), or, for comparison, one
-launch per block (`per_block`).
+Symmetric (block-INT8, DeepSeek-V3/R1 INT8 checkpoints as SGLang and vLLM run them): activations
+x = s q per (row, K-block), weights w = s q per (128 rows, K-block):
+
+    out[M, N] = act( sum over K-blocks i of  s_A[m,i] s_B[n // 128, i] (A_q B_q^T)_i  + bias[n] )
+
+Weights are quantized once (W8A8Weight), activations online per call (quantize_activations, a
+kernel). On sm90 the GEMM is one persistent kernel that promotes each K-block's exact int32
+product into FP32 registers (W8A8Sm90Spec); the one-threadblock-per-(tile, K-block) kernels that
+fold the blocks through a global partial sum (`chained`, `per_block`) are the reference path.
 """
 from __future__ import annotations
 
@@ -25,8 +31,9 @@ from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count,
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-OUTPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16"}
-LAUNCH_MODES = ("chained", "per_block")
+OUTPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# "auto": the Sm90 kernels on sm90, else "chained"; "chained" and "per_block" are the reference path.
+LAUNCH_MODES = ("auto", "sm90", "chained", "per_block")
 # CUTLASS's smallest legal alignments: 16 int8 per access along K, 4 floats per
 # epilogue access along N. M is free.
 N_ALIGNMENT = 4
@@ -209,40 +216,56 @@ def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = Fal
 
 
 class W8A8GemmPlan:
-    """A callable W8A8 linear layer: plan(x) quantizes x and returns clamp(x W^T + bias).
+    """A callable W8A8 linear layer: plan(x) quantizes x and returns act(x W^T + bias).
 
-    Arguments are checked here and at each call before anything is launched. A plan
-    owns the per-tile locks that order the K-block folds (every call leaves them at
-    zero for the next), so one plan's calls must not run concurrently on two streams.
+    On sm90 the GEMM runs qgemm's Sm90 kernels (W8A8Sm90Spec: each K-block's int32 product promoted
+    into FP32 registers; the kernel per M from heuristics.w8a8_sm90_choice). `launch_mode` "chained"
+    (one threadblock per (tile, K-block), the blocks of a tile folded in order through a global FP32
+    partial sum) and "per_block" (one launch per K-block) are the literal form of the scheme, kept as
+    a reference path and a benchmark column; they take the asymmetric scheme, FP32/FP16 output and
+    the clamp activations, and are what a GPU older than sm90 runs.
+
+    Arguments are checked here and at each call before anything is launched. Calls may overlap on
+    several streams and in several CUDA graphs: everything a launch writes besides its output
+    (stream-K workspace, the chained path's tile locks and partial sum) is allocated per call from
+    torch's caching allocator.
     """
 
     def __init__(self, weight: W8A8Weight, *, bias: torch.Tensor | None = None, activation: str = "none",
-                 out_dtype: torch.dtype = torch.float16, launch_mode: str = "chained"):
+                 out_dtype: torch.dtype = torch.float16, launch_mode: str = "auto"):
         if not isinstance(weight, W8A8Weight):
             raise TypeError(f"weight must be a qgemm.W8A8Weight, got {type(weight).__name__}")
+        _checks.one_of("weight.scheme", weight.scheme, SCHEMES)
         _checks.tensor("weight.qweight", weight.qweight, (torch.int8,), ndim=2)
         _checks.cuda_device("weight.qweight", weight.qweight)
         _check_block_size(weight.block_size)
         n, k = weight.qweight.shape
         _check_shape_nk("weight.qweight", n, k, weight.block_size)
         device = weight.device
-        for name in ("scale", "offset", "qsum"):
-            t = getattr(weight, name)
-            _checks.tensor(f"weight.{name}", t, (torch.float32,), ndim=2)
-            _checks.shape(f"weight.{name}", t, (k // weight.block_size, n))
-            _checks.same_device(f"weight.{name}", t, device)
-            _checks.contiguous(f"weight.{name}", t)
+        blocks = k // weight.block_size
+        if weight.scheme == "symmetric":
+            _check_vector("weight.scale", weight.scale, (-(-n // WEIGHT_BLOCK_N), blocks), device)
+        else:
+            for name in ("scale", "offset", "qsum"):
+                _check_vector(f"weight.{name}", getattr(weight, name), (blocks, n), device)
         _checks.contiguous("weight.qweight", weight.qweight)
         if bias is not None:
             _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
             _checks.shape("bias", bias, (n,))
             _checks.same_device("bias", bias, device)
             bias = bias.float().contiguous()
-        _checks.one_of("activation", activation, reference.ACTIVATIONS)
+        _checks.one_of("activation", activation, reference.W8A8_ACTIVATIONS)
         if out_dtype not in OUTPUT_DTYPES:
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")
         _checks.one_of("launch_mode", launch_mode, LAUNCH_MODES)
         self.target_sm = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
+        if launch_mode == "auto":
+            sm90_fits = self.target_sm >= 90 and n % _sm90_row_elements(out_dtype) == 0
+            launch_mode = "sm90" if sm90_fits else "chained"
+        if launch_mode == "sm90":
+            _check_sm90(self.target_sm, n, out_dtype)
+        else:
+            _check_chained(launch_mode, weight.scheme, out_dtype, activation, self.target_sm)
 
         self.weight = weight
         self.bias = bias
@@ -250,20 +273,28 @@ class W8A8GemmPlan:
         self.out_dtype = out_dtype
         self.launch_mode = launch_mode
         self.device = device
-        self.clamp = reference.clamp_bounds(activation)
+        self.clamp = (0.0, 0.0) if activation == "silu" else reference.clamp_bounds(activation)
+        self._epilogue = "silu" if activation == "silu" else "clamp"
         self._output = OUTPUT_DTYPES[out_dtype]
         self._sm_count = sm_count(device)
+        self._n, self._k = weight.n, weight.k
+        self._blocks = blocks
+        self._device_index = device.index
+        # v = sw sum(qw) + block_size ow per (block, column): the weight side of the asymmetric
+        # promotion's second offset term, made once here instead of in every tile.
+        self._weight_v = None
+        if weight.scheme == "asymmetric" and launch_mode == "sm90":
+            self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
-        self._locks: torch.Tensor | None = None
-        self._partial: torch.Tensor | None = None
-        self._partial_views: dict[int, torch.Tensor] = {}
-        self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices)
-        self._kernels: dict[int, object] = {}  # loaded kernel by M
-        self._n, self._k = weight.n, weight.k
-        self._blocks = weight.k // weight.block_size
-        self._device_index = device.index
+        self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M (Sm90)
+        self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
+        self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+
+    @property
+    def scheme(self) -> str:
+        return self.weight.scheme
 
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls."""
@@ -272,7 +303,11 @@ class W8A8GemmPlan:
         p.n, p.k = w.n, w.k
         p.ext[0] = w.block_size
         p.ptr[1] = w.qweight.data_ptr()
-        p.ptr[5], p.ptr[6], p.ptr[7] = w.scale.data_ptr(), w.offset.data_ptr(), w.qsum.data_ptr()
+        p.ptr[5] = w.scale.data_ptr()
+        if w.scheme == "asymmetric":
+            p.ptr[6], p.ptr[7] = w.offset.data_ptr(), w.qsum.data_ptr()
+        if self._weight_v is not None:
+            p.ptr[11] = self._weight_v.data_ptr()
         p.ptr[8] = self.bias.data_ptr() if self.bias is not None else None
         p.ld[0] = p.ld[1] = w.k
         p.ld[2] = p.ld[3] = w.n
@@ -281,26 +316,82 @@ class W8A8GemmPlan:
         return p
 
     def kernel_spec(self, m: int):
+        """The kernel this plan runs for M rows."""
+        if self.launch_mode == "sm90":
+            return self.choice(m).spec
         return heuristics.w8a8_spec(m, self.weight.n, self.weight.block_size, self._output, self.target_sm,
                                     self._sm_count)
+
+    def choice(self, m: int) -> heuristics.W8A8Sm90Choice:
+        """The Sm90 kernel and scheduling for M rows (heuristics.w8a8_sm90_choice)."""
+        return heuristics.w8a8_sm90_choice(m, self._n, self._k, self.weight.block_size, self.scheme, self._output,
+                                           self._epilogue, self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
         _checks.cuda_device("x", x, self.device)
         _checks.contiguous("x", x)
-        if x.shape[0] == 0 or x.shape[1] != self.weight.k:
-            raise ValueError(f"x must have shape (M >= 1, {self.weight.k}), got {tuple(x.shape)}")
-        return self.gemm(_act_quant(x, self.weight.block_size), out)
+        if x.shape[0] == 0 or x.shape[1] != self._k:
+            raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
+        return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)
 
-    def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The GEMM alone, from activations already quantized by quantize_activations."""
+    def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
+        """The GEMM alone, from activations already quantized by quantize_activations (with the
+        weight's scheme). `choice` (a heuristics.W8A8Sm90Choice) overrides the Sm90 heuristic."""
         if not self._valid_fast(xq, out):
             self._check_gemm_args(xq, out)  # raises, naming the argument
         m = xq.q.shape[0]
         if out is None:
             out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
-        partial = out if self.out_dtype == torch.float32 else self._partial_buffer(m)
+        if self.launch_mode == "sm90":
+            self._gemm_sm90(xq, out, m, choice)
+        else:
+            if choice is not None:
+                raise ValueError(f"choice selects a Sm90 kernel; this plan's launch_mode is {self.launch_mode!r}")
+            self._gemm_chained(xq, out, m)
+        return out
 
+    def _gemm_sm90(self, xq, out, m: int, choice):
+        if choice is None:
+            kernel, launch, choice = cached(self._per_m, m, lambda: self._prepare_sm90(m, None))
+        else:
+            kernel, launch, choice = self._prepare_sm90(m, choice)
+        workspace = zeroed_workspace(launch.workspace_bytes, self.device)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            self._fill_sm90(p, m, choice)
+            p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
+            if xq.offset is not None:
+                p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
+            p.ptr[10] = out.data_ptr()
+            kernel.launch(p, launch, self._device_index, stream,
+                          workspace.data_ptr() if workspace is not None else 0, self._call)
+
+    def _fill_sm90(self, p: QgemmProblem, m: int, choice):
+        p.m = m
+        p.ext[1], p.ext[2], p.ext[3] = choice.raster, choice.swizzle, choice.splits
+
+    def _prepare_sm90(self, m: int, choice):
+        choice = choice or self.choice(m)
+        if not isinstance(choice, heuristics.W8A8Sm90Choice):
+            raise TypeError(f"choice must be a qgemm.heuristics.W8A8Sm90Choice, got {type(choice).__name__}")
+        spec = choice.spec
+        wanted = (self.weight.block_size, self.scheme, self._output, self._epilogue)
+        if (spec.block_size, spec.scheme, spec.output, spec.epilogue) != wanted:
+            raise ValueError(f"choice.spec must have (block_size, scheme, output, epilogue) = {wanted} for this plan, "
+                             f"got {(spec.block_size, spec.scheme, spec.output, spec.epilogue)}")
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._problem
+            self._fill_sm90(p, m, choice)
+            launch = kernel.plan(p)
+        return kernel, launch, choice
+
+    def _gemm_chained(self, xq, out, m: int):
+        # The FP32 running sum of the blocks: the output itself for FP32, else a buffer of this call.
+        partial = out if self.out_dtype == torch.float32 else torch.empty((m, self._n), dtype=torch.float32,
+                                                                          device=self.device)
         kernel = cached(self._kernels, m, lambda: get_kernel(self.kernel_spec(m), self.target_sm))
         stream = current_stream(self._device_index)
         with self._lock:
@@ -310,15 +401,25 @@ class W8A8GemmPlan:
             p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
             p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
             if self.launch_mode == "chained":
-                self._launch(kernel, p, m, 0, self._blocks, stream)
+                self._launch_chained(kernel, p, m, 0, self._blocks, stream)
             else:
                 for block in range(self._blocks):
-                    self._launch(kernel, p, m, block, 1, stream)
-        return out
+                    self._launch_chained(kernel, p, m, block, 1, stream)
+
+    def _launch_chained(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
+        p.ext[1], p.ext[2] = block_begin, slices
+        launch = cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
+        # The tile locks, zeroed for this launch alone: two calls in flight (two streams, two graphs)
+        # never share them, so neither can wait on the other's counters.
+        locks = zeroed_workspace(launch.workspace_bytes, self.device)
+        kernel.launch(p, launch, self._device_index, stream, locks.data_ptr() if locks is not None else 0,
+                      self._call)
 
     def _valid_fast(self, xq, out) -> bool:
         """One cheap test of everything _check_gemm_args checks, for the per-call hot path."""
         if type(xq) is not QuantizedActivations or xq.block_size != self.weight.block_size:
+            return False
+        if (xq.offset is None) != (self.scheme == "symmetric"):
             return False
         q = xq.q
         if q.dtype != torch.int8 or q.dim() != 2 or q.device != self.device or not q.is_contiguous():
@@ -327,12 +428,14 @@ class W8A8GemmPlan:
         if m == 0 or q.shape[1] != self._k:
             return False
         vec_shape = (self._blocks, m)
-        for t in (xq.scale, xq.offset, xq.qsum):
+        vectors = (xq.scale,) if xq.offset is None else (xq.scale, xq.offset, xq.qsum)
+        for t in vectors:
             if (t.dtype != torch.float32 or t.shape != vec_shape or t.device != self.device
                     or not t.is_contiguous()):
                 return False
         if out is not None and (out.dtype != self.out_dtype or out.shape != (m, self._n)
-                                or out.device != self.device or not out.is_contiguous()):
+                                or out.device != self.device or not out.is_contiguous()
+                                or out.data_ptr() % 16):
             return False
         return True
 
@@ -342,13 +445,17 @@ class W8A8GemmPlan:
         w = self.weight
         if xq.block_size != w.block_size:
             raise ValueError(f"xq.block_size must equal the weight's block_size={w.block_size}, got {xq.block_size}")
+        if xq.scheme != self.scheme:
+            raise ValueError(f"xq.scheme must be the weight's scheme {self.scheme!r}, got {xq.scheme!r}: quantize "
+                             f"with quantize_activations(x, {w.block_size}, symmetric={self.scheme == 'symmetric'})")
         _checks.tensor("xq.q", xq.q, (torch.int8,), ndim=2)
         _checks.cuda_device("xq.q", xq.q, self.device)
         m = xq.q.shape[0]
         if m == 0 or xq.q.shape[1] != w.k:
             raise ValueError(f"xq.q must have shape (M >= 1, {w.k}), got {tuple(xq.q.shape)}")
         _checks.contiguous("xq.q", xq.q)
-        for name in ("scale", "offset", "qsum"):
+        names = ("scale",) if xq.offset is None else ("scale", "offset", "qsum")
+        for name in names:
             t = getattr(xq, name)
             _checks.tensor(f"xq.{name}", t, (torch.float32,), ndim=2)
             _checks.shape(f"xq.{name}", t, (self._blocks, m))
@@ -359,24 +466,42 @@ class W8A8GemmPlan:
             _checks.shape("out", out, (m, w.n))
             _checks.cuda_device("out", out, self.device)
             _checks.contiguous("out", out)
+            _checks.aligned("out", out, 16, "16-byte output rows")
         raise AssertionError("_valid_fast rejected arguments that _check_gemm_args accepts")
 
-    def _partial_buffer(self, m: int) -> torch.Tensor:
-        """FP32 running sum for FP16 output; plan-owned (calls are stream-ordered, see class doc).
-        Views are cached per M: making one costs several microseconds of the per-call budget."""
-        need = m * self._n
-        if self._partial is None or self._partial.numel() < need:
-            self._partial = torch.empty(need, dtype=torch.float32, device=self.device)
-            self._partial_views.clear()
-        return cached(self._partial_views, m, lambda: self._partial[:need].view(m, self._n))
 
-    def _launch(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
-        p.ext[1], p.ext[2] = block_begin, slices
-        launch = cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
-        if launch.workspace_bytes and (self._locks is None or self._locks.numel() < launch.workspace_bytes):
-            self._locks = zeroed_workspace(launch.workspace_bytes, self.device)
-        kernel.launch(p, launch, self._device_index, stream,
-                      self._locks.data_ptr() if launch.workspace_bytes else 0, self._call)
+def _check_vector(name: str, t, shape: tuple, device):
+    _checks.tensor(name, t, (torch.float32,), ndim=2)
+    _checks.shape(name, t, shape)
+    _checks.same_device(name, t, device)
+    _checks.contiguous(name, t)
+
+
+def _sm90_row_elements(out_dtype: torch.dtype) -> int:
+    """Output elements per 16 bytes: the Sm90 kernels' TMA stores whole 16-byte rows, so N must be
+    a multiple of this."""
+    return 16 // torch.empty((), dtype=out_dtype).element_size()
+
+
+def _check_sm90(target_sm: int, n: int, out_dtype: torch.dtype):
+    if target_sm < 90:
+        raise ValueError(f"launch_mode 'sm90' needs an sm90 GPU (H100/H200: wgmma and TMA), this device is a "
+                         f"sm{target_sm} target")
+    _checks.multiple("weight.shape[0] (N)", n, _sm90_row_elements(out_dtype),
+                     f"the Sm90 kernels store 16-byte output rows of {out_dtype}; N a multiple of 4 runs with "
+                     f"launch_mode='chained' and float32/float16 output")
+
+
+def _check_chained(launch_mode: str, scheme: str, out_dtype, activation: str, target_sm: int):
+    where = f"launch_mode={launch_mode!r}" + (f" (sm{target_sm} GPUs run no Sm90 kernel)" if target_sm < 90 else "")
+    if scheme != "asymmetric":
+        raise ValueError(f"weight.scheme must be 'asymmetric' with {where}, got {scheme!r}: the symmetric "
+                         f"(block-INT8) scheme runs on the Sm90 kernels (an sm90 GPU, N a multiple of 16 bytes "
+                         f"of output: 8 for float16/bfloat16, 4 for float32)")
+    if out_dtype not in (torch.float32, torch.float16):
+        raise TypeError(f"out_dtype must be torch.float32 or torch.float16 with {where}, got {out_dtype}")
+    if activation not in reference.ACTIVATIONS:
+        raise ValueError(f"activation must be one of {reference.ACTIVATIONS} with {where}, got {activation!r}")
 
 
 def w8a8_linear(x: torch.Tensor, weight: W8A8Weight, bias: torch.Tensor | None = None, activation: str = "none",

@@ -207,9 +207,13 @@ def fake_sm90(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs, exc, fragment", [
-    (dict(activation="gelu"), ValueError, "activation must be one of ('none', 'relu', 'relu6'), got 'gelu'"),
-    (dict(out_dtype=torch.bfloat16), TypeError, "out_dtype must be one of"),
-    (dict(launch_mode="x"), ValueError, "launch_mode must be one of ('chained', 'per_block')"),
+    (dict(activation="gelu"), ValueError, "activation must be one of ('none', 'relu', 'relu6', 'silu'), got 'gelu'"),
+    (dict(out_dtype=torch.int32), TypeError, "out_dtype must be one of"),
+    (dict(launch_mode="x"), ValueError, "launch_mode must be one of ('auto', 'sm90', 'chained', 'per_block')"),
+    (dict(out_dtype=torch.bfloat16, launch_mode="chained"), TypeError,
+     "out_dtype must be torch.float32 or torch.float16 with launch_mode='chained'"),
+    (dict(activation="silu", launch_mode="per_block"), ValueError,
+     "activation must be one of ('none', 'relu', 'relu6') with launch_mode='per_block'"),
     (dict(bias=torch.zeros(63)), ValueError, "bias must have shape (64,)"),
     (dict(bias=torch.zeros(64, dtype=torch.int64)), TypeError, "bias must have dtype"),
 ])
@@ -260,11 +264,20 @@ def test_quantize_activations_checks_k_after_device(fake_sm90):
 
 
 def test_plan_picks_kernel_by_shape(fake_sm90, cpu_weight):
-    """Block size 64 on sm90: the Ampere kernels; decode-sized M gets the 32x128 tile."""
+    """Block size 64 on sm90: the Sm90 kernels, swapped with a 16-token tile for decode-sized M and
+    the 128 x 128 tile (stream-K: 1 tile for 132 SMs) beyond; the chained reference path keeps the
+    Ampere kernels, with the 32x128 tile for decode-sized M."""
     plan = W8A8GemmPlan(cpu_weight, out_dtype=torch.float32)
+    assert plan.launch_mode == "sm90"
     spec = plan.kernel_spec(1)
+    assert (spec.family, spec.tile, spec.swap_ab, spec.block_size, spec.output) == \
+        ("w8a8_gemm_sm90", (128, 16), True, 64, "f32")
+    spec = plan.kernel_spec(100)
+    assert (spec.tile, spec.swap_ab, spec.scheduler) == ((128, 128), False, "streamk")
+    chained = W8A8GemmPlan(cpu_weight, out_dtype=torch.float32, launch_mode="chained")
+    spec = chained.kernel_spec(1)
     assert (spec.arch, spec.tile[:2], spec.output) == (80, (32, 128), "f32")
-    assert plan.kernel_spec(1) is spec  # cached per M
+    assert chained.kernel_spec(1) is spec  # cached per M
 
 
 # --- target SM ---------------------------------------------------------------------------------------

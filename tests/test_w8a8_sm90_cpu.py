@@ -1,0 +1,244 @@
+"""The Sm90 W8A8 family without a GPU: spec checks and names, catalog, heuristic, the plan's choice
+and argument checks, and a compiled kernel's host library (plan and Params without the driver)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import requires_nvcc
+
+import qgemm
+import qgemm.w8a8 as w8a8_mod
+from cutlass_gen.build import build
+from cutlass_gen.catalog import catalog
+from cutlass_gen.render import render
+from cutlass_gen.specs import W8A8Sm90Spec, spec_from_dict
+from qgemm import _checks, heuristics, reference
+from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(tile=(64, 128)), "tile M must be one of (128,) with the cooperative schedule"),
+    (dict(tile=(128, 128), schedule="pingpong"), "tile M must be one of (64,) with the pingpong"),
+    (dict(tile=(128, 12)), "tile N must be a multiple of 8 in [8, 128]"),
+    (dict(tile=(128, 256)), "tile N must be a multiple of 8 in [8, 128]"),
+    (dict(block_size=48), "block_size must be one of (32, 64, 128, 256)"),
+    (dict(scheme="symmetric", block_size=64), "the symmetric (block-INT8) scheme has 128 x 128 weight blocks"),
+    (dict(output="e4m3"), "output must be one of ('f16', 'bf16', 'f32')"),
+    (dict(epilogue="gelu"), "epilogue must be one of ('clamp', 'silu')"),
+    (dict(schedule="pingpong", tile=(64, 128), scheduler="streamk"), "no stream-K scheduler"),
+    (dict(cluster=(2, 2)), "cluster must be one of"),
+    (dict(arch=80), "arch must be 90"),
+    (dict(swap_ab=1), "swap_ab must be a bool"),
+])
+def test_spec_rejects_invalid_configs(kwargs, fragment):
+    args = dict(tile=(128, 128), block_size=128, scheme="asymmetric", output="f16")
+    args.update(kwargs)
+    with pytest.raises(ValueError) as exc:
+        W8A8Sm90Spec(**args)
+    assert fragment in str(exc.value)
+
+
+def test_names_and_json_round_trip():
+    spec = W8A8Sm90Spec((128, 16), 128, "symmetric", "bf16", swap_ab=True, epilogue="silu")
+    assert spec.name == "qgemm_w8a8_gemm_sm90_s8s8_bf16_sym_b128_128x16x128_c1x1_cooperative_persistent_swapab_silu"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    names = [s.name for s in catalog(90, W8A8Sm90Spec.family)]
+    assert len(names) == len(set(names))
+
+
+def test_weight_scale_per_tile():
+    """Symmetric weights have one scale per 128 rows: a weight tile extent dividing 128 reads one."""
+    assert W8A8Sm90Spec((128, 128), 128, "symmetric", "f16").weight_scale_per_tile
+    assert W8A8Sm90Spec((128, 16), 128, "symmetric", "f16", swap_ab=True).weight_scale_per_tile
+    assert not W8A8Sm90Spec((128, 96), 128, "symmetric", "f16").weight_scale_per_tile
+    assert not W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16").weight_scale_per_tile
+
+
+def test_catalog_is_sm90_only_and_covers_the_heuristic():
+    assert catalog(80, W8A8Sm90Spec.family) == [] and catalog(75, W8A8Sm90Spec.family) == []
+    specs = set(catalog(90, W8A8Sm90Spec.family))
+    for scheme, output in (("symmetric", "f16"), ("symmetric", "bf16"), ("asymmetric", "f16")):
+        for m in (1, 16, 17, 33, 64, 65, 256, 4096, 16384):
+            for n, k in ((4096, 4096), (2112, 7168), (28672, 8192)):
+                choice = heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, output, "clamp", 132)
+                assert choice.spec in specs, (m, n, choice.spec.name)
+
+
+@pytest.mark.parametrize("m, n, tile, swap_ab, scheduler", [
+    (1, 4096, (128, 16), True, "persistent"),
+    (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
+    (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
+    (16, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
+    (65, 4096, (128, 128), False, "streamk"),     # 1 x 32 = 32 tiles for 132 SMs
+    (4096, 4096, (128, 128), False, "persistent"),
+])
+def test_heuristic(m, n, tile, swap_ab, scheduler):
+    choice = heuristics.w8a8_sm90_choice(m, n, 4096, 128, "symmetric", "f16", "clamp", 132)
+    assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
+
+
+def test_render_names_the_slots():
+    for spec in (W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32"),
+                 W8A8Sm90Spec((128, 32), 128, "symmetric", "bf16", swap_ab=True, epilogue="silu")):
+        source = render(spec).source
+        assert "qgemm/w8a8/sm90_block_promote.hpp" in source
+        assert f"constexpr int kBlockSize = {spec.block_size};" in source
+        assert ("SiLu" in source) == (spec.epilogue == "silu")
+        assert ("ColumnMajor" in source) == spec.swap_ab
+
+
+# --- the plan without a GPU --------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_sm90(monkeypatch):
+    monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+    monkeypatch.setattr(_checks, "target_sm", lambda *args, **kwargs: 90)
+    monkeypatch.setattr(w8a8_mod, "sm_count", lambda device: 132)
+
+
+def _weight(scheme="symmetric", n=256, k=512, block_size=128):
+    return qgemm.W8A8Weight.from_float(torch.randn(n, k), block_size, scheme=scheme)
+
+
+def test_symmetric_weight_layout():
+    w = _weight(n=300)
+    assert w.scheme == "symmetric" and w.offset is None and w.qsum is None
+    assert w.scale.shape == (3, 4) and w.qweight.dtype == torch.int8
+    assert w.qweight.abs().max() <= 127
+    assert (w.dequantize() - w.dequantize()).abs().max() == 0
+
+
+def test_from_block_int8_checks():
+    q = torch.randint(-127, 128, (256, 512), dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"weight_scale_inv must have shape \(2, 4\)"):
+        qgemm.W8A8Weight.from_block_int8(q, torch.ones(2, 3))
+    with pytest.raises(TypeError, match="weight must have dtype int8"):
+        qgemm.W8A8Weight.from_block_int8(q.float(), torch.ones(2, 4))
+    with pytest.raises(ValueError, match=r"weight.shape\[1\] \(K\) must be a multiple of 128"):
+        qgemm.W8A8Weight.from_block_int8(q[:, :200], torch.ones(2, 2))
+    w = qgemm.W8A8Weight.from_block_int8(q, torch.ones(2, 4, dtype=torch.bfloat16))
+    assert w.scale.dtype == torch.float32 and w.block_size == 128
+
+
+def test_from_float_rejects_bad_scheme():
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        qgemm.W8A8Weight.from_float(torch.randn(8, 128), 128, scheme="per_tensor")
+    with pytest.raises(ValueError, match="block_size must be one of"):
+        qgemm.W8A8Weight.from_float(torch.randn(8, 128), 100, scheme="symmetric")
+
+
+def test_plan_modes(fake_sm90):
+    plan = qgemm.W8A8GemmPlan(_weight())
+    assert plan.launch_mode == "sm90" and plan.scheme == "symmetric"
+    # N a multiple of 4 but not of 8: FP16 rows are not 16 bytes; the asymmetric scheme falls back.
+    w = _weight("asymmetric", n=12)
+    assert qgemm.W8A8GemmPlan(w).launch_mode == "chained"
+    assert qgemm.W8A8GemmPlan(w, out_dtype=torch.float32).launch_mode == "sm90"
+    with pytest.raises(ValueError, match=r"weight.shape\[0\] \(N\) must be a multiple of 8"):
+        qgemm.W8A8GemmPlan(w, launch_mode="sm90")
+    with pytest.raises(ValueError, match="weight.scheme must be 'asymmetric' with launch_mode='chained'"):
+        qgemm.W8A8GemmPlan(_weight(n=12))
+    with pytest.raises(ValueError, match="weight.scheme must be 'asymmetric' with launch_mode='per_block'"):
+        qgemm.W8A8GemmPlan(_weight(), launch_mode="per_block")
+
+
+def test_plan_rejects_mismatched_activations(fake_sm90):
+    plan = qgemm.W8A8GemmPlan(_weight())
+    xq = w8a8_mod.QuantizedActivations(torch.zeros(4, 512, dtype=torch.int8), torch.ones(4, 4),
+                                       torch.zeros(4, 4), torch.zeros(4, 4), 128)
+    with pytest.raises(ValueError, match="xq.scheme must be the weight's scheme 'symmetric', got 'asymmetric'"):
+        plan.gemm(xq)
+    xq = w8a8_mod.QuantizedActivations(torch.zeros(4, 512, dtype=torch.int8), torch.ones(3, 4), None, None, 128)
+    with pytest.raises(ValueError, match=r"xq.scale must have shape \(4, 4\)"):
+        plan.gemm(xq)
+
+
+def test_plan_rejects_a_choice_of_another_configuration(fake_sm90):
+    plan = qgemm.W8A8GemmPlan(_weight(), out_dtype=torch.bfloat16)
+    wrong = heuristics.W8A8Sm90Choice(W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"))
+    xq = w8a8_mod.QuantizedActivations(torch.zeros(4, 512, dtype=torch.int8), torch.ones(4, 4), None, None, 128)
+    with pytest.raises(ValueError, match=r"choice.spec must have \(block_size, scheme, output, epilogue\)"):
+        plan.gemm(xq, choice=wrong)
+    with pytest.raises(TypeError, match="choice must be a qgemm.heuristics.W8A8Sm90Choice"):
+        plan.gemm(xq, choice="128x128")
+
+
+def test_quantize_symmetric_reference():
+    x = torch.randn(5, 256) * 3
+    q, scale = reference.quantize_blocks_symmetric(x, 128)
+    assert scale.shape == (2, 5) and q.abs().max() <= 127
+    deq = reference.dequantize_blocks_symmetric(q, scale, 128)
+    assert (deq - x.double()).abs().max() <= scale.max() / 2 + 1e-6
+    x[1, 3] = float("nan")
+    x[3, 200] = float("inf")
+    q, scale = reference.quantize_blocks_symmetric(x, 128)
+    assert torch.isnan(scale[0, 1]) and torch.isnan(scale[1, 3]) and torch.isfinite(scale[1, 1])
+    assert (q[1, :128] == 0).all() and (q[3, 128:] == 0).all()
+
+
+# --- the compiled host library (no driver needed) ------------------------------------------------------
+
+ASYM64 = W8A8Sm90Spec((128, 128), 64, "asymmetric", "f16")
+
+
+@pytest.fixture(scope="module")
+def asym_host(tmp_path_factory):
+    return HostLibrary(str(build(ASYM64, 90, tmp_path_factory.mktemp("qgemm-w8a8-sm90-cache")).so_path))
+
+
+def _problem(m, n, k, block_size=64):
+    p = QgemmProblem()
+    p.m, p.n, p.k = m, n, k
+    p.ext[0], p.ext[1], p.ext[2], p.ext[3] = block_size, 0, 1, 0
+    p.ld[0] = p.ld[1] = k
+    p.ld[3] = n
+    p.sm_count = 132
+    return p
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_host_library_plans(asym_host):
+    assert spec_from_dict(json.loads(asym_host.spec_json)) == ASYM64
+    status, launch = asym_host.plan(_problem(4096, 4096, 4096))
+    assert status == 0, asym_host.status_string(status)
+    # Persistent: one CTA per SM at most; 384 threads (a producer and two consumer warp groups).
+    assert launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132
+    assert launch.block[0] == 384 and launch.workspace_bytes == 0
+    assert 100 * 1024 < launch.smem_bytes <= 227 * 1024
+    assert launch.params_bytes <= PARAMS_CAPACITY
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("change", [
+    lambda p: setattr(p, "k", 96),                       # not a multiple of the block size
+    lambda p: p.ext.__setitem__(0, 128),                 # another block size than the kernel's
+    lambda p: p.ext.__setitem__(2, 3),                   # swizzle
+    lambda p: setattr(p, "m", 0),
+    lambda p: setattr(p, "sm_count", 0),
+])
+def test_host_library_rejects(asym_host, change):
+    p = _problem(256, 256, 512)
+    change(p)
+    status, _ = asym_host.plan(p)
+    assert asym_host.status_string(status) == "problem not supported by this kernel"
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_host_library_make_params_rejects_null_vectors_before_the_driver(asym_host):
+    """Every operand and vector pointer is checked before any TMA descriptor is encoded."""
+    import ctypes
+    p = _problem(256, 256, 512)
+    for slot in (0, 1, 2, 3, 4, 5, 6, 10, 11):
+        p.ptr[slot] = 0x1000 * (slot + 1)
+    params = ctypes.create_string_buffer(PARAMS_CAPACITY)
+    for slot in (0, 1, 2, 3, 4, 5, 6, 10, 11):
+        saved = p.ptr[slot]
+        p.ptr[slot] = None
+        status = asym_host.make_params_fn(ctypes.byref(p), None, params, PARAMS_CAPACITY)
+        assert asym_host.status_string(status) == "problem not supported by this kernel", slot
+        p.ptr[slot] = saved

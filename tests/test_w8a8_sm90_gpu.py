@@ -1,0 +1,218 @@
+"""The Sm90 W8A8 kernels (W8A8Sm90Spec: per-K-block int32 products promoted into FP32 registers) on
+the GPU, against float64 references of the same quantized operands.
+
+Error bounds (||out - ref|| / ||ref||), as in test_w8a8_gpu.py:
+  * FP32 output: 1e-4. Each block's int32 product is exact, and so is its conversion to float
+    (|P| <= 128 * 128^2 = 2^21 < 2^24); the promotion adds a handful of float32 roundings (2^-24
+    each) per block, and the running FP32 sum one per block: orders of magnitude below 1e-4 even
+    with the cancellation between the asymmetric scheme's offset terms.
+  * FP16 output: 1e-3 (rounding to float16 costs at most 2^-11 = 4.9e-4 relative per element);
+    BF16 output: 8e-3 (2^-8 = 3.9e-3 per element).
+  * symmetric activation quantization: bit-exact (the kernel performs reference.
+    quantize_blocks_symmetric's float32 operations in its order).
+Outputs are poisoned (NaN) before each launch, so an unwritten element fails; inputs are fresh
+random numbers with a non-zero mean (the offset terms matter), never zeros.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qgemm
+from cutlass_gen.catalog import catalog
+from cutlass_gen.specs import W8A8Sm90Spec
+from qgemm import heuristics, reference
+
+from gpu_util import poison_allocator, randn, rel_err
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 GPU"),
+]
+
+BOUND = {torch.float32: 1e-4, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+OUT_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+ODD_M = (1, 3, 17, 1000)
+
+
+def _case(m, n, k, block_size, scheme, out_dtype, activation="none", with_bias=False, choice=None,
+          x_dtype=torch.float16):
+    symmetric = scheme == "symmetric"
+    weight = qgemm.W8A8Weight.from_float(randn(n, k), block_size, scheme=scheme)
+    bias = randn(n) if with_bias else None
+    plan = qgemm.W8A8GemmPlan(weight, bias=bias, activation=activation, out_dtype=out_dtype)
+    assert plan.launch_mode == "sm90"
+    xq = qgemm.quantize_activations(randn(m, k, dtype=x_dtype), block_size, symmetric=symmetric)
+    out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+    plan.gemm(xq, out=out, choice=choice)
+    torch.cuda.synchronize()
+    if symmetric:
+        ref = reference.w8a8_gemm_symmetric(xq.q, xq.scale, weight.qweight, weight.scale, block_size, bias, activation)
+    else:
+        ref = reference.w8a8_gemm(xq.q, xq.scale, xq.offset, weight.qweight, weight.scale, weight.offset,
+                                  block_size, bias, activation)
+    return out, ref, plan, xq
+
+
+def _sm90_catalog():
+    return catalog(90, W8A8Sm90Spec.family)
+
+
+@pytest.mark.parametrize("spec", _sm90_catalog(), ids=lambda s: s.name)
+@pytest.mark.parametrize("m", ODD_M)
+def test_every_catalog_kernel(spec, m):
+    """Each catalog kernel, forced by choice=, on odd M, N at 16-byte output rows plus a tail tile,
+    K of 3 blocks (128 K per stage: blocks of 32/64 share a stage, a block of 256 spans two)."""
+    out_dtype = OUT_DTYPES[spec.output]
+    n = 8 if m < 17 else 8 * 37  # the minimum N, and a tail in the kernel's N or M
+    k = max(spec.block_size, 128) * 3 if spec.block_size >= 128 else spec.block_size * 5
+    out, ref, _, _ = _case(m, n, k, spec.block_size, spec.scheme, out_dtype,
+                           choice=heuristics.W8A8Sm90Choice(spec))
+    assert rel_err(out, ref) < BOUND[out_dtype]
+
+
+@pytest.mark.parametrize("scheme, block_size", [("symmetric", 128), ("asymmetric", 32), ("asymmetric", 64),
+                                                ("asymmetric", 128), ("asymmetric", 256)])
+@pytest.mark.parametrize("m", [1, 16, 17, 64, 65, 300, 1000])
+def test_plan_choice_matches_reference(scheme, block_size, m):
+    """The heuristic's kernel for each M, on a shape with several tiles in N and many K-blocks."""
+    out, ref, _, _ = _case(m, 520, 2048, block_size, scheme, torch.float16)
+    assert rel_err(out, ref) < BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_deep_k(scheme):
+    """K = 7168 (56 blocks of 128): the FP32 running sum over many promotions."""
+    out, ref, _, _ = _case(300, 264, 7168, 128, scheme, torch.float32)
+    assert rel_err(out, ref) < BOUND[torch.float32]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "silu"])
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_bias_activation_outputs(scheme, activation, out_dtype):
+    out, ref, _, _ = _case(33, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
+    assert rel_err(out, ref) < BOUND[out_dtype]
+    if activation in ("relu", "relu6"):
+        assert out.min().item() >= 0
+    if activation == "relu6":
+        assert out.max().item() <= 6
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_input_dtypes_end_to_end(scheme, x_dtype):
+    """FP32/FP16/BF16 activations through plan(x): quantization + GEMM against the unquantized
+    float64 product (8-bit quantization of both operands: ~1% noise on Gaussian data)."""
+    m, n, k = 37, 512, 1024
+    x = randn(m, k, dtype=x_dtype)
+    w = randn(n, k)
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16)
+    out = plan(x)
+    torch.cuda.synchronize()
+    ref = x.double().cpu() @ w.double().cpu().t()
+    assert rel_err(out, ref) < 3e-2
+
+
+@pytest.mark.parametrize("splits", [0, 3])
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_stream_k(scheme, splits):
+    """Stream-K (heuristic decomposition, and split-K into 3): K ranges of a tile on several CTAs,
+    each starting at a K-block boundary, their FP32 partials reduced by the scheduler."""
+    spec = W8A8Sm90Spec((128, 128), 128, scheme, "f16", "cooperative", "streamk")
+    out, ref, _, _ = _case(200, 256, 128 * 21, 128, scheme, torch.float16,
+                           choice=heuristics.W8A8Sm90Choice(spec, splits=splits))
+    assert rel_err(out, ref) < BOUND[torch.float16]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", ODD_M)
+def test_quantize_symmetric_bit_exact(dtype, m):
+    k = 128 * 3
+    x = randn(m, k, dtype=dtype)
+    x[0, :128] = 0.0  # an all-zero block: amax floored at 1e-10, q = 0
+    poison_allocator()
+    xq = qgemm.quantize_activations(x, 128, symmetric=True)
+    torch.cuda.synchronize()
+    q, scale = reference.quantize_blocks_symmetric(x.cpu(), 128)
+    assert xq.offset is None and xq.qsum is None
+    assert torch.equal(xq.q.cpu(), q)
+    assert torch.equal(xq.scale.cpu(), scale)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_non_finite_activation_reaches_its_row(scheme, bad):
+    """A NaN or Inf in x makes its block's scale NaN: that row's outputs are NaN, the other rows
+    stay finite (an unquantized GEMM would give that row NaN/Inf too)."""
+    m, n, k = 5, 64, 512
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k), 128, scheme=scheme),
+                              out_dtype=torch.float16)
+    x = randn(m, k, dtype=torch.float16)
+    x[2, 300] = bad
+    out = plan(x)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[2]).all()
+    assert torch.isfinite(out[[0, 1, 3, 4]]).all()
+
+
+@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
+def test_cuda_graph_and_two_streams(scheme):
+    """Captured in a graph (decode M and a stream-K M), replayed with new inputs; the same plan on
+    two streams at once, each result equal to the eager call's."""
+    n, k = 384, 1024
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k), 128, scheme=scheme),
+                              out_dtype=torch.float16)
+    for m in (4, 200):
+        x = randn(m, k, dtype=torch.float16)
+        eager = plan(x)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                captured = plan(x)
+        x.copy_(randn(m, k, dtype=torch.float16))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, plan(x))
+        assert not torch.equal(captured, eager)
+
+    xs = [randn(200, k, dtype=torch.float16) for _ in range(2)]
+    expected = [plan(x) for x in xs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for _ in range(20):
+        for s, x in zip(streams, xs):
+            with torch.cuda.stream(s):
+                outs.append(plan(x))
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        assert torch.equal(o, expected[i % 2])
+
+
+def test_chained_reference_path_agrees():
+    """The reference path (launch_mode='chained') and the Sm90 kernel compute the same GEMM."""
+    m, n, k = 77, 264, 1024
+    weight = qgemm.W8A8Weight.from_float(randn(n, k), 64)
+    xq = qgemm.quantize_activations(randn(m, k), 64)
+    sm90 = qgemm.W8A8GemmPlan(weight, out_dtype=torch.float32).gemm(xq)
+    chained = qgemm.W8A8GemmPlan(weight, out_dtype=torch.float32, launch_mode="chained").gemm(xq)
+    torch.cuda.synchronize()
+    assert rel_err(sm90, chained.double()) < 1e-5
+
+
+def test_block_int8_checkpoint():
+    """A DeepSeek-style block-INT8 pair (int8 weight, weight_scale_inv [ceil(N/128), K/128]) with N
+    not a multiple of 128: the last row block is partial."""
+    n, k, m = 200, 512, 9
+    w = randn(n, k)
+    q, scale_inv = reference.quantize_weight_blocks_symmetric(w, 128)
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_block_int8(q, scale_inv), out_dtype=torch.bfloat16)
+    xq = qgemm.quantize_activations(randn(m, k, dtype=torch.bfloat16), 128, symmetric=True)
+    out = plan.gemm(xq)
+    torch.cuda.synchronize()
+    ref = reference.w8a8_gemm_symmetric(xq.q, xq.scale, q, scale_inv, 128)
+    assert rel_err(out, ref) < BOUND[torch.bfloat16]

@@ -1,15 +1,23 @@
-"""W8A8 per-K-block GEMM against cuBLAS FP16 and torch._int_mm, in one run.
+"""W8A8 per-K-block GEMM against its peers, in one run on the GPU.
 
-    python benchmarks/bench_w8a8.py [--block-size 128] [--json out.json]
+    python benchmarks/bench_w8a8.py [--json out.json] [--quick] [--nk NxK ...] [--m M ...] [--sweep]
 
-Columns (microseconds, median of CUDA-event timings after warm-up):
-  qgemm      GEMM alone, blocks chained in one launch (activations pre-quantized)
-  +quant     activation quantization + GEMM (what a W8A8 layer costs per call)
-  per_block  GEMM as one launch per K-block (the naive form), same kernel
+Every time is GPU time per call under CUDA-graph replay with the layer's weights rotated through
+at least 4x the L2 size (benchmarks/timing.py bench_graph_rotating: a model's consecutive layers
+never find their weights in L2); `warm` columns repeat one copy (L2-warm). Microseconds.
+Columns:
+  sym        qgemm, symmetric block-INT8 (block 128), GEMM alone on pre-quantized activations
+  sym+q      the same plus the activation quantization (what a layer costs per call)
+  asym       qgemm, MNN's asymmetric scheme (block 128), GEMM alone
+  asym+q     the same plus its activation quantization
+  chained    the reference path (launch_mode="chained": one threadblock per (tile, K-block), blocks
+             folded through a global FP32 partial sum), asymmetric, L2-warm, M <= 128 only
   fp16       torch.matmul, FP16 x FP16 (cuBLAS)
-  int_mm     torch._int_mm, int8 x int8 -> int32 without any dequantization (cuBLASLt)
-  floor      bytes of int8 A + B + FP16 output over the measured copy bandwidth
-Also prints the host overhead of one warm plan call.
+  int_mm     torch._int_mm, per-tensor int8 x int8 -> int32, no block scales (cuBLASLt)
+  triton     benchmarks/triton_block_int8.py: the block-INT8 Triton kernel of SGLang/vLLM's design
+  floor      int8 activations + int8 weight + FP16 output bytes over the measured copy bandwidth
+Ratios: peer / qgemm symmetric GEMM (> 1: qgemm faster); TOPS of the symmetric GEMM. Also: block 32
+against block 128 at the largest M (asymmetric), and the host time of one warm plan.gemm call.
 """
 from __future__ import annotations
 
@@ -20,86 +28,177 @@ import math
 import torch
 
 import qgemm
-from timing import bench, copy_bandwidth, host_us
+from qgemm import heuristics
+from timing import (bench_graph, copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed,
+                    timed_rotating)
+from triton_block_int8 import block_int8_gemm
 
-SHAPES_NK = [(4096, 4096), (12288, 4096), (8192, 28672)]
+SHAPES_NK = [(4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (2112, 7168), (7168, 2048)]
 MS = [1, 16, 128, 4096]
+CHAINED_MAX_M = 128
 
 
-def host_overhead_us(block_size: int) -> float:
-    """Host time of one warm plan.gemm call."""
-    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(torch.randn(256, 2 * block_size, device="cuda"),
-                                                         block_size), out_dtype=torch.float16)
-    xq = qgemm.quantize_activations(torch.randn(1, 2 * block_size, device="cuda"), block_size)
+def host_overhead_us() -> float:
+    """Host time of one warm plan.gemm call (symmetric, decode-sized)."""
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(torch.randn(256, 256, device="cuda"), 128,
+                                                          scheme="symmetric"))
+    xq = qgemm.quantize_activations(torch.randn(1, 256, device="cuda"), 128, symmetric=True)
     return host_us(lambda: plan.gemm(xq))
 
 
-def run(block_size: int, shapes, ms, per_block_max_blocks: int) -> dict:
+def _weights(w: torch.Tensor, copies: int, make):
+    return [make(w) for _ in range(copies)]
+
+
+def run_shape(n: int, k: int, ms, bw: float, block32: bool) -> list[dict]:
     torch.manual_seed(0)
-    bw = copy_bandwidth()
+    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
+    copies = rotation_count(n * k)          # int8 weights
+    copies16 = rotation_count(2 * n * k)    # FP16 weights
+    sym = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128, scheme="symmetric"))
+    asym = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128))
+    sym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in sym]
+    asym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in asym]
+    chained = qgemm.W8A8GemmPlan(asym[0], out_dtype=torch.float16, launch_mode="chained")
+    w16 = [w.half() for _ in range(copies16)]
+    wq_t = [s.qweight.t() for s in sym]  # [K, N] column-major views, as _int_mm wants
     rows = []
-    overhead = host_overhead_us(block_size)
-    for n, k in shapes:
-        w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
-        weight = qgemm.W8A8Weight.from_float(w, block_size)
-        w16 = w.half()
-        wq_t = weight.qweight.t()  # [K, N] column-major view, as _int_mm wants
-        plan = qgemm.W8A8GemmPlan(weight, out_dtype=torch.float16)
-        naive = qgemm.W8A8GemmPlan(weight, out_dtype=torch.float16, launch_mode="per_block")
-        del w
+    for m in ms:
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.2
+        xs = qgemm.quantize_activations(x, 128, symmetric=True)
+        xa = qgemm.quantize_activations(x, 128)
+        row = {"m": m, "n": n, "k": k, "copies": copies}
+        row["sym_us"] = timed_rotating([lambda p=p: p.gemm(xs) for p in sym_plans])
+        row["sym_warm_us"] = timed(lambda: sym_plans[0].gemm(xs))
+        row["sym_quant_us"] = timed_rotating([lambda p=p: p(x) for p in sym_plans])
+        row["asym_us"] = timed_rotating([lambda p=p: p.gemm(xa) for p in asym_plans])
+        row["asym_quant_us"] = timed_rotating([lambda p=p: p(x) for p in asym_plans])
+        row["kernel_sym"] = sym_plans[0].kernel_spec(m).name
+        row["chained_us"] = timed(lambda: chained.gemm(xa)) if m <= CHAINED_MAX_M else math.nan
+        row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
+        row["fp16_warm_us"] = timed(lambda: x @ w16[0].t())
+        try:
+            row["int_mm_us"] = timed_rotating([lambda v=v: torch._int_mm(xs.q, v) for v in wq_t])
+        except RuntimeError:
+            row["int_mm_us"] = math.nan  # _int_mm rejects M <= 16
+        row["triton_us"] = timed_rotating([lambda s=s: block_int8_gemm(xs.q, xs.scale, s.qweight, s.scale)
+                                           for s in sym])
+        row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
+        row["sym_tops"] = 2 * m * n * k / (row["sym_us"] * 1e-6) / 1e12
+        if block32 and m == max(ms):
+            a32 = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 32))
+            plans32 = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in a32]
+            x32 = qgemm.quantize_activations(x, 32)
+            row["asym_b32_us"] = timed_rotating([lambda p=p: p.gemm(x32) for p in plans32])
+            del a32, plans32
+        rows.append(row)
+        print(_fmt(row), flush=True)
+    del sym, asym, sym_plans, asym_plans, chained, w16, wq_t
+    torch.cuda.empty_cache()
+    return rows
+
+
+def sweep_shape(n: int, k: int, ms) -> list[dict]:
+    """Every Sm90 catalog kernel of the symmetric and asymmetric schemes (block 128, FP16), forced by
+    choice=, rotated weights: the table heuristics.w8a8_sm90_choice is set from."""
+    from cutlass_gen.catalog import catalog
+    from cutlass_gen.specs import W8A8Sm90Spec
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
+    copies = rotation_count(n * k)
+    out = []
+    for scheme in ("symmetric", "asymmetric"):
+        plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16)
+                 for _ in range(copies)]
+        specs = [s for s in catalog(90, W8A8Sm90Spec.family)
+                 if (s.scheme, s.block_size, s.output) == (scheme, 128, "f16")]
         for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.2
-            xq = qgemm.quantize_activations(x, block_size)
-            row = {"m": m, "n": n, "k": k, "block_size": block_size}
-            row["qgemm_us"] = bench(lambda: plan.gemm(xq))
-            row["qgemm_with_quant_us"] = bench(lambda: plan(x))
-            blocks = k // block_size
-            row["per_block_us"] = bench(lambda: naive.gemm(xq), min_reps=3, budget_s=0.2) \
-                if blocks <= per_block_max_blocks else math.nan
-            row["fp16_us"] = bench(lambda: x @ w16.t())
-            try:
-                row["int_mm_us"] = bench(lambda: torch._int_mm(xq.q, wq_t))
-            except RuntimeError:
-                row["int_mm_us"] = math.nan  # _int_mm rejects some small M
-            row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
-            rows.append(row)
-            print(_fmt(row), flush=True)
-        del weight, w16, wq_t, plan, naive
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            xq = qgemm.quantize_activations(x, 128, symmetric=scheme == "symmetric")
+            times = {}
+            for spec in specs:
+                for splits in ((0, 2, 4) if spec.scheduler == "streamk" else (0,)):
+                    choice = heuristics.W8A8Sm90Choice(spec, splits=splits)
+                    label = f"{spec.tile[0]}x{spec.tile[1]}{'s' if spec.swap_ab else ''}-{spec.scheduler[:2]}{splits}"
+                    times[label] = timed_rotating([lambda p=p, c=choice: p.gemm(xq, choice=c) for p in plans])
+            best = min(times, key=lambda t: times[t] if not math.isnan(times[t]) else math.inf)
+            chosen = plans[0].kernel_spec(m)
+            print(f"sweep {scheme[:4]} M={m:>5} N={n:>6} K={k:>6}: best {best} {times[best]:.1f} us; "
+                  + " ".join(f"{t}={v:.1f}" for t, v in times.items()) + f" | heuristic: {chosen.name}", flush=True)
+            out.append({"scheme": scheme, "m": m, "n": n, "k": k, "times": times, "heuristic": chosen.name})
+        del plans
         torch.cuda.empty_cache()
-    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9,
-            "host_overhead_us_per_gemm_call": overhead, "rows": rows}
+    return out
 
 
-HEADER = f"{'M':>5} {'N':>6} {'K':>6} {'bs':>4} | {'qgemm':>9} {'+quant':>9} {'per_block':>10} | " \
-         f"{'fp16':>8} {'int_mm':>8} {'floor':>7} | {'vs fp16':>7} {'vs int_mm':>9}"
+HEADER = (f"{'M':>5} {'N':>6} {'K':>6} | {'sym':>8} {'sym+q':>8} {'asym':>8} {'asym+q':>8} {'chained':>8} | "
+          f"{'fp16':>8} {'int_mm':>8} {'triton':>8} {'floor':>7} | {'vs fp16':>7} {'vs i_mm':>7} {'vs trit':>7} "
+          f"{'asym vs fp16':>12} {'TOPS':>6} {'warm':>7}")
+
+
+def _ratio(a, b):
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
 def _fmt(r: dict) -> str:
-    return (f"{r['m']:>5} {r['n']:>6} {r['k']:>6} {r['block_size']:>4} | {r['qgemm_us']:>9.1f} "
-            f"{r['qgemm_with_quant_us']:>9.1f} {r['per_block_us']:>10.1f} | {r['fp16_us']:>8.1f} "
-            f"{r['int_mm_us']:>8.1f} {r['floor_us']:>7.1f} | {r['fp16_us'] / r['qgemm_us']:>6.2f}x "
-            f"{r['int_mm_us'] / r['qgemm_us']:>8.2f}x")
+    return (f"{r['m']:>5} {r['n']:>6} {r['k']:>6} | {r['sym_us']:>8.1f} {r['sym_quant_us']:>8.1f} {r['asym_us']:>8.1f} "
+            f"{r['asym_quant_us']:>8.1f} {r['chained_us']:>8.1f} | {r['fp16_us']:>8.1f} {r['int_mm_us']:>8.1f} "
+            f"{r['triton_us']:>8.1f} {r['floor_us']:>7.1f} | {_ratio(r['fp16_us'], r['sym_us']):>6.2f}x "
+            f"{_ratio(r['int_mm_us'], r['sym_us']):>6.2f}x {_ratio(r['triton_us'], r['sym_us']):>6.2f}x "
+            f"{_ratio(r['fp16_us'], r['asym_us']):>11.2f}x {r['sym_tops']:>6.0f} {r['sym_warm_us']:>7.1f}")
+
+
+def summary(rows: list[dict], ms) -> list[str]:
+    lines = ["geomeans over the shapes (x: peer time / qgemm time):"]
+    for m in ms:
+        rs = [r for r in rows if r["m"] == m]
+        lines.append(
+            f"  M={m:>5}: sym vs fp16 {geomean(_ratio(r['fp16_us'], r['sym_us']) for r in rs):.2f}x, "
+            f"vs int_mm {geomean(_ratio(r['int_mm_us'], r['sym_us']) for r in rs):.2f}x, "
+            f"vs triton {geomean(_ratio(r['triton_us'], r['sym_us']) for r in rs):.2f}x, "
+            f"sym/floor {geomean(_ratio(r['sym_us'], r['floor_us']) for r in rs):.2f}; "
+            f"asym vs fp16 {geomean(_ratio(r['fp16_us'], r['asym_us']) for r in rs):.2f}x; "
+            f"sym+quant vs fp16 {geomean(_ratio(r['fp16_us'], r['sym_quant_us']) for r in rs):.2f}x")
+    b32 = [r for r in rows if "asym_b32_us" in r]
+    if b32:
+        lines.append(f"  block 32 / block 128 throughput (asymmetric, M={b32[0]['m']}): "
+                     f"{geomean(_ratio(r['asym_us'], r['asym_b32_us']) for r in b32):.2f}")
+    largest = max(rows, key=lambda r: r["m"] * r["n"] * r["k"])
+    lines.append(f"  largest shape M={largest['m']} N={largest['n']} K={largest['k']}: {largest['sym_tops']:.0f} TOPS")
+    return lines
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--json", default="bench_w8a8.json")
-    ap.add_argument("--per-block-max-blocks", type=int, default=1024)
-    ap.add_argument("--quick", action="store_true", help="first shape only")
+    ap.add_argument("--quick", action="store_true", help="first two shapes only")
     ap.add_argument("--nk", action="append", metavar="NxK", help="only these (N, K) shapes, e.g. 8192x28672")
+    ap.add_argument("--m", action="append", type=int, help="only these M")
+    ap.add_argument("--sweep", action="store_true", help="also time every Sm90 catalog kernel per M")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
+    shapes = shapes[:2] if args.quick else shapes
+    ms = args.m or MS
+    bw = copy_bandwidth()
+    overhead = host_overhead_us()
     print(HEADER)
-    result = run(args.block_size, shapes[:1] if args.quick else shapes, MS, args.per_block_max_blocks)
+    rows, sweep = [], []
+    for n, k in shapes:
+        rows += run_shape(n, k, ms, bw, block32=True)
+    if args.sweep:
+        for n, k in shapes:
+            sweep += sweep_shape(n, k, ms)
+    result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
+              "host_overhead_us_per_gemm_call": overhead, "rows": rows, "sweep": sweep}
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, "
-          f"host overhead {result['host_overhead_us_per_gemm_call']:.1f} us per plan.gemm call")
-    print("times in us; 'vs' columns are speedups of qgemm (GEMM alone) over the peer (>1: qgemm faster)")
+    print(f"device {result['device']}, copy bandwidth {bw / 1e9:.0f} GB/s, L2 {l2_bytes() >> 20} MiB, "
+          f"host overhead {overhead:.1f} us per warm plan.gemm call")
+    print("times in us per call, weights rotated through >= 4x L2 (warm: L2-warm sym); ratios > 1: qgemm faster")
     print(HEADER)
-    for r in result["rows"]:
+    for r in rows:
         print(_fmt(r))
+    print("\n".join(summary(rows, ms)))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 # for decode-sized M, the 128 x 128 cooperative kernel beyond (stream-K when the tiles do not fill
 # the GPU). Other outputs and the SiLU epilogue are built on first use.
 # (tile, swap_ab, scheduler)
-_W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 32), True, "persistent"), ((128, 64), True, "persistent")]
+_W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk"), ((128, 32), True, "persistent"),
+                     ((128, 64), True, "persistent")]
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
 
 

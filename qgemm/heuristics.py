@@ -59,12 +59,15 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # whose kernels have the same structure, are the starting point):
 #   * decode-sized M: swap A and B so the weight's rows fill the 128-row tile and the tokens a
 #     narrow tile N (16, 32, 64): the narrowest whose (weight tiles x token tiles) fit one wave,
-#     so every weight byte is read once from DRAM;
+#     so every weight byte is read once from DRAM. Up to 16 tokens there is one token tile, and a
+#     weight of fewer than W8A8_SM90_DECODE_STREAMK_TILES row tiles (N = 4096: 32) would stream
+#     from only that many SMs: stream-K splits its K over the whole GPU;
 #   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
 #     promotes its block product, the other's WGMMAs run), persistent; stream-K when the output
 #     tiles do not fill the GPU once (few tiles, deep K).
 W8A8_SM90_SWAP_MAX_M = 64
 W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
+W8A8_SM90_DECODE_STREAMK_TILES = 132
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue)
 
     weight_tiles = -(-n // 128)
+    if m <= W8A8_SM90_SWAP_TILES_N[0]:
+        streamk = weight_tiles < min(sm_count, W8A8_SM90_DECODE_STREAMK_TILES)
+        return W8A8Sm90Choice(spec((128, 16), True, "streamk" if streamk else "persistent"))
     if m <= W8A8_SM90_SWAP_MAX_M:
         fits = [t for t in W8A8_SM90_SWAP_TILES_N if weight_tiles * -(-m // t) <= sm_count]
         return W8A8Sm90Choice(spec((128, fits[0] if fits else W8A8_SM90_SWAP_TILES_N[-1]), True))

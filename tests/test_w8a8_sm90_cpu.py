@@ -67,10 +67,11 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
 
 
 @pytest.mark.parametrize("m, n, tile, swap_ab, scheduler", [
-    (1, 4096, (128, 16), True, "persistent"),
+    (1, 4096, (128, 16), True, "streamk"),       # 32 weight tiles: K split over the GPU
+    (16, 28672, (128, 16), True, "persistent"),   # 224 weight tiles fill it
     (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
     (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
-    (16, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
+    (17, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 128), False, "streamk"),     # 1 x 32 = 32 tiles for 132 SMs
     (4096, 4096, (128, 128), False, "persistent"),
 ])

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Device session for the W8A8 Sm90 kernels: build what the carried cache lacks, look at the SASS,
+# run the GPU tests (each stage under a hard timeout: a hung kernel must not eat the session), then
+# the benchmark. Carry: .whl (nvidia-cutlass wheel), .qgemm-cache (kernels built here).
+#   env: TESTS (pytest paths), PYTEST_K (-k expression), BENCH_ARGS, NCU=1 (profile one large call)
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=$PWD/.qgemm-cache
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+for f in ${FAMILIES:-act_quant w8a8_gemm w8a8_gemm_sm90}; do
+  timeout 400 python3 -m qgemm build --sm 90 -j 16 --family $f 2>&1 | tail -1
+done
+fb=$(ls .qgemm-cache/sm90/qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_128x128x128_c1x1_cooperative_persistent/*/kernel.fatbin | head -1)
+cuobjdump -sass "$fb" > "$OUT/sass_sym128.txt" 2>&1
+echo "SASS sym 128x128: $(grep -c HGMMA "$OUT/sass_sym128.txt") HGMMA/IGMMA lines: $(grep -cE 'IGMMA|HGMMA' "$OUT/sass_sym128.txt"), I2F: $(grep -c 'I2F\.' "$OUT/sass_sym128.txt"), I2FP: $(grep -c 'I2FP' "$OUT/sass_sym128.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_sym128.txt")"
+timeout -s KILL ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu ${TESTS:-tests/test_w8a8_sm90_gpu.py tests/test_w8a8_gpu.py} -q --maxfail=${MAXFAIL:-12} ${PYTEST_K:+-k "$PYTEST_K"} -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -25
+echo "pytest rc=${PIPESTATUS[0]}"
+if [ "${NCU:-0}" = 1 ]; then
+  timeout -s KILL 240 ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats -k regex:qgemm_w8a8_gemm_sm90 -c 2 python3 benchmarks/diag_w8a8.py ${NCU_ARGS:-} \
+    > "$OUT/ncu.txt" 2>&1; tail -c 6000 "$OUT/ncu.txt"
+fi
+if [ -n "${BENCH_ARGS+x}" ]; then
+  timeout -s KILL ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_w8a8.py --json "$OUT/bench_w8a8.json" $BENCH_ARGS > "$OUT/bench_w8a8.log" 2>&1
+  tail -n 40 "$OUT/bench_w8a8.log"
+fi

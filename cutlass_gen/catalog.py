@@ -18,6 +18,7 @@ from .specs import (
     FpAIntBGemvSpec,
     KernelSpec,
     W8A8GemmSpec,
+    W8A8PromoteSpec,
     W8A8Sm90Spec,
 )
 
@@ -223,6 +224,36 @@ def _conv2d_int8_sm90(target_sm: int) -> list[KernelSpec]:
             for tile, stages, ctas, mainloop in _CONV_SM90_CONFIGS]
 
 
+
+# W8A8 per-K-block GEMM promoting each block's int32 product in registers, Sm80/Sm75
+# (qgemm.heuristics.w8a8_promote_choice picks): a 128 x 128 tile of eight 64 x 32 warps for large M,
+# 64 x 128 of four 32 x 64 warps for middle M, and 16 x 128 of four 16 x 32 warps for decode-sized M
+# (stream-K when the tiles do not fill the GPU), both schemes with FP16 output, and the symmetric
+# (block-INT8) scheme's BF16 output at both ends. Turing (64 KB of shared memory, two stages): the
+# large and decode tiles with FP16 output. Other outputs are built on first use. The sm90 catalog
+# holds the sm80 kernels (built for sm_90a): what a plan runs on an H100 when the Sm90 kernels
+# cannot take the output alignment, and the benchmark's "sm80 promote" column.
+# (tile, warp, sm80 stages)
+W8A8_PROMOTE_LARGE = ((128, 128, 64), (64, 32), 4)
+W8A8_PROMOTE_MIDDLE = ((64, 128, 64), (32, 64), 4)
+W8A8_PROMOTE_DECODE = ((16, 128, 64), (16, 32), 4)
+
+
+def w8a8_promote_spec(config: tuple, arch: int, scheme: str, output: str) -> W8A8PromoteSpec:
+    """The kernel of a (tile, warp, stages) configuration above for an arch (two stages on 75)."""
+    tile, warp, stages = config
+    return W8A8PromoteSpec(arch, tile, warp, 2 if arch == 75 else stages, scheme, output)
+
+
+def _w8a8_promote(target_sm: int) -> list[KernelSpec]:
+    if target_sm == 75:
+        return [w8a8_promote_spec(c, 75, scheme, "f16") for scheme in ("symmetric", "asymmetric")
+                for c in (W8A8_PROMOTE_LARGE, W8A8_PROMOTE_DECODE)]
+    configs = [(c, scheme, "f16") for scheme in ("symmetric", "asymmetric")
+               for c in (W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, W8A8_PROMOTE_DECODE)]
+    configs += [(c, "symmetric", "bf16") for c in (W8A8_PROMOTE_LARGE, W8A8_PROMOTE_DECODE)]
+    return [w8a8_promote_spec(c, 80, scheme, output) for c, scheme, output in configs]
+
 _FAMILY_CATALOGS = {
     W8A8GemmSpec.family: _w8a8,
     W8A8Sm90Spec.family: _w8a8_sm90,
@@ -235,6 +266,7 @@ _FAMILY_CATALOGS = {
     FpAIntBConvSpec.family: _fpaintb_conv,
     ConvInt8Spec.family: _conv2d_int8,
     ConvInt8Sm90Spec.family: _conv2d_int8_sm90,
+    W8A8PromoteSpec.family: _w8a8_promote,
 }
 
 

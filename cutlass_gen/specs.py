@@ -767,9 +767,124 @@ class ConvInt8Sm90Spec(KernelSpec):
         return f"qgemm_conv2d_int8_sm90_s8s8_s8_{t[0]}x{t[1]}x{t[2]}_c{c[0]}x{c[1]}{stages}{ctas}{mainloop}"
 
 
+
+@dataclass(frozen=True)
+class W8A8PromoteSpec(KernelSpec):
+    """W8A8 GEMM quantized per K-block on Sm80/Sm75 (and Sm90 as an sm80 build): qgemm's own 2.x-style
+    threadblock MMA (templates/include/qgemm/w8a8/promote_gemm.h). Each warp runs s8 x s8 -> s32
+    mma.sync (m16n8k32 on arch 80, m8n8k16 on arch 75) into int32 accumulators for the current
+    K-block and, when the block ends, promotes them into FP32 registers with the block's scale (and,
+    asymmetric, offset) vectors, staged in shared memory with the operands (cp.async multistage on
+    arch 80, two stages through registers on arch 75). One CTA covers a tile's whole K, or a
+    stream-K share of it split at block boundaries.
+
+    `tile` is the CTA's (M, N, K), `warp` each warp's (M, N). The block size is a run-time value (32,
+    64, 128 or 256): the tile K (32, 64, 128) and every block size are powers of two, so one divides
+    the other (a block spans whole K tiles, or a K tile whole blocks), which is the kernel's rule.
+    `scheme`: "asymmetric" (MNN's) or "symmetric" (block-INT8: the weight scale per 128 rows, so tile
+    N must divide 128). The activation (clamp bounds or SiLU) is a run-time value too."""
+
+    family: ClassVar[str] = "w8a8_gemm_promote"
+    template: ClassVar[str] = "w8a8_gemm_promote.cu.j2"
+    ARCHS: ClassVar[tuple] = (75, 80)
+    SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
+    OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
+    DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
+    TILE_M: ClassVar[tuple] = (16, 32, 64, 128, 256)
+    TILE_N: ClassVar[tuple] = (32, 64, 128)
+    TILE_K: ClassVar[tuple] = (32, 64, 128)
+    BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
+    WEIGHT_BLOCK_N: ClassVar[int] = 128
+    # Shared memory a CTA may ask for: Turing's 64 KB; on later GPUs the sm_86/sm_89 opt-in limit
+    # (99 KB), so every sm80-build kernel runs on every sm_8x GPU.
+    SMEM_LIMIT: ClassVar[dict] = {75: 64 * 1024, 80: 99 * 1024}
+    # int32 block accumulators plus as many FP32 ones: beyond 64 + 64 registers per thread the
+    # fragments, vectors and addresses no longer fit beside them (255 registers) and ptxas spills.
+    MAX_ACCUMULATORS: ClassVar[int] = 64
+
+    arch: int
+    tile: tuple
+    warp: tuple
+    stages: int
+    scheme: str
+    output: str
+
+    def __post_init__(self):
+        tile = tuple(int(v) for v in self.tile)
+        warp = tuple(int(v) for v in self.warp)
+        object.__setattr__(self, "tile", tile)
+        object.__setattr__(self, "warp", warp)
+        if self.arch not in self.ARCHS:
+            raise ValueError(f"arch must be one of {self.ARCHS} for {self.family}, got {self.arch!r}")
+        if len(tile) != 3 or len(warp) != 2:
+            raise ValueError(f"tile is (M, N, K) and warp is (M, N), got tile={self.tile!r} warp={self.warp!r}")
+        for what, value, allowed in (("tile M", tile[0], self.TILE_M), ("tile N", tile[1], self.TILE_N),
+                                     ("tile K", tile[2], self.TILE_K), ("scheme", self.scheme, self.SCHEMES),
+                                     ("output", self.output, self.OUTPUTS)):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
+        if warp[0] % 16 or warp[1] % 16 or warp[0] <= 0 or warp[1] <= 0 or tile[0] % warp[0] or tile[1] % warp[1]:
+            raise ValueError(f"warp {warp} must be a multiple of (16, 16) (one m16 MMA row tile, two n8 column "
+                             f"tiles per ldmatrix) dividing tile {tile[:2]}")
+        if self.warps not in (1, 2, 4, 8):
+            raise ValueError(f"tile {tile[:2]} / warp {warp} gives {self.warps} warps; 1, 2, 4 or 8 are allowed")
+        if self.accumulators > self.MAX_ACCUMULATORS:
+            raise ValueError(f"warp {warp} needs {self.accumulators} int32 and as many FP32 accumulators per thread; "
+                             f"at most {self.MAX_ACCUMULATORS} of each (e.g. 64 x 32) fit without spilling")
+        if 32 * self.warps % (tile[2] // 16):
+            raise ValueError(f"tile K {tile[2]} needs {tile[2] // 16} threads per row copy, more than {32 * self.warps}")
+        if self.scheme == "symmetric" and self.WEIGHT_BLOCK_N % tile[1]:
+            raise ValueError(f"the symmetric scheme has one weight scale per {self.WEIGHT_BLOCK_N} rows: tile N must "
+                             f"divide it, got {tile[1]}")
+        allowed_stages = (2,) if self.arch == 75 else (2, 3, 4, 5, 6)
+        if self.stages not in allowed_stages:
+            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
+        if self.smem_bytes > self.SMEM_LIMIT[self.arch]:
+            raise ValueError(f"tile {tile} with {self.stages} stages needs {self.smem_bytes} bytes of shared memory; "
+                             f"sm{self.arch} kernels may use {self.SMEM_LIMIT[self.arch]}")
+
+    @property
+    def warps(self) -> int:
+        return (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+
+    @property
+    def accumulators(self) -> int:
+        """int32 accumulators per thread (and as many FP32 ones)."""
+        return (self.warp[0] // 16) * (self.warp[1] // 8) * 4
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of all stages (promote_gemm.h's kSmemBytes): the x and weight tiles, and the
+        vectors of the K-blocks that may end in a K tile (tile K / 32 of them, blocks of 32)."""
+        tm, tn, tk = self.tile
+        vec_blocks = tk // 32
+        vectors = 3 if self.scheme == "asymmetric" else 1
+        row_vecs = vec_blocks * vectors * tm * 4
+        col_vecs = vec_blocks * vectors * (tn if self.scheme == "asymmetric" else 4) * 4
+        return self.stages * (tm * tk + tn * tk + -(-row_vecs // 16) * 16 + col_vecs)
+
+    @property
+    def output_ctype(self) -> str:
+        return CTYPES[self.output]
+
+    @property
+    def output_device_type(self) -> str:
+        return self.DEVICE_TYPES[self.output]
+
+    def supports_block_size(self, block_size: int) -> bool:
+        return block_size in self.BLOCK_SIZES
+
+    @property
+    def name(self) -> str:
+        tm, tn, tk = self.tile
+        scheme = "asym" if self.scheme == "asymmetric" else "sym"
+        return (f"qgemm_w8a8_promote_sm{self.arch}_s8s8_{self.output}_{scheme}"
+                f"_{tm}x{tn}x{tk}_w{self.warp[0]}x{self.warp[1]}_s{self.stages}")
+
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, W8A8Sm90Spec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
                                         FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec,
-                                        FpAIntBConvSpec, ConvInt8Sm90Spec)}
+                                        FpAIntBConvSpec, ConvInt8Sm90Spec,
+                                        W8A8PromoteSpec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

@@ -11,6 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog, fpaintb_conv_configs, fpaintb_gemm_configs
+from cutlass_gen.catalog import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
 from cutlass_gen.specs import (
     ConvInt8Sm90Spec,
     ConvInt8Spec,
@@ -20,6 +21,7 @@ from cutlass_gen.specs import (
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
     W8A8GemmSpec,
+    W8A8PromoteSpec,
     W8A8Sm90Spec,
 )
 
@@ -97,6 +99,62 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return W8A8Sm90Choice(spec((128, 128), False, "streamk"))
     return W8A8Sm90Choice(spec((128, 128), False))
 
+
+
+# --- W8A8 on Sm80/Sm75 (register promotion per K-block, W8A8PromoteSpec) ------------------------
+#
+# Provisional (not yet measured; to be set from benchmarks/bench_w8a8.py on the device), after the
+# FpA x IntB tiled GEMM's rules, whose mainloop has the same structure:
+#   * M <= W8A8_PROMOTE_DECODE_MAX_M: the 16 x 128 tile: every weight byte read once per 16 rows;
+#   * M <= W8A8_PROMOTE_MIDDLE_MAX_M: 64 x 128 (four warps of 32 x 64), on arch 80 (the Sm75
+#     catalog has no such kernel: the 128 x 128 tile there);
+#   * beyond: 128 x 128 (eight warps of 64 x 32: int32 and FP32 accumulators fit 64 + 64 registers).
+#   * stream-K over W8A8_PROMOTE_STREAMK_CTAS_PER_SM CTAs per SM (at most what fits) when the output
+#     tiles do not fill the GPU once (a decode batch on a 4096-row weight: 32 tiles); the splits fall
+#     on K-block boundaries.
+#   * raster groups of W8A8_PROMOTE_RASTER_GROUP M tiles (CTAs running together share weight tiles).
+W8A8_PROMOTE_DECODE_MAX_M = 16
+W8A8_PROMOTE_MIDDLE_MAX_M = 64
+W8A8_PROMOTE_STREAMK_CTAS_PER_SM = 2
+W8A8_PROMOTE_RASTER_GROUP = 8
+
+
+@dataclass(frozen=True)
+class W8A8PromoteChoice:
+    """A W8A8 Sm80/Sm75 kernel plus its run-time knobs: ctas_per_sm > 0 splits the work stream-K over
+    round(sm_count * min(ctas_per_sm, what fits)) CTAs (0: one CTA per output tile), and raster_group
+    M tiles are numbered together (QgemmProblem ext[2], ext[3])."""
+
+    spec: W8A8PromoteSpec
+    ctas_per_sm: float = 0
+    raster_group: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.spec, W8A8PromoteSpec):
+            raise TypeError(f"spec must be a W8A8PromoteSpec, got {type(self.spec).__name__}")
+        if self.ctas_per_sm < 0 or not isinstance(self.raster_group, int) or self.raster_group < 1:
+            raise ValueError(f"ctas_per_sm must be >= 0 and raster_group an int >= 1, got {self.ctas_per_sm} and "
+                             f"{self.raster_group!r}")
+
+
+def w8a8_promote_arch(target_sm: int) -> int:
+    """The promote kernels' arch for a build target: the cp.async mainloop from sm80 on (sm90 too)."""
+    return 80 if target_sm >= 80 else 75
+
+
+def w8a8_promote_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, arch: int,
+                        sm_count: int) -> W8A8PromoteChoice:
+    if m <= W8A8_PROMOTE_DECODE_MAX_M:
+        config = W8A8_PROMOTE_DECODE
+    elif m <= W8A8_PROMOTE_MIDDLE_MAX_M and arch >= 80:
+        config = W8A8_PROMOTE_MIDDLE
+    else:
+        config = W8A8_PROMOTE_LARGE
+    spec = w8a8_promote_spec(config, arch, scheme, output)
+    tiles_m = -(-m // spec.tile[0])
+    tiles = tiles_m * -(-n // spec.tile[1])
+    streamk = W8A8_PROMOTE_STREAMK_CTAS_PER_SM if tiles < sm_count else 0
+    return W8A8PromoteChoice(spec, streamk, min(W8A8_PROMOTE_RASTER_GROUP, tiles_m))
 
 # --- FP8 blockwise (sm90) ----------------------------------------------------------------------
 #

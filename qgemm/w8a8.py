@@ -14,7 +14,9 @@ x = s q per (row, K-block), weights w = s q per (128 rows, K-block):
 Weights are quantized once (W8A8Weight), activations online per call (quantize_activations, a
 kernel). On sm90 the GEMM is one persistent kernel that promotes each K-block's exact int32
 product into FP32 registers (W8A8Sm90Spec); the one-threadblock-per-(tile, K-block) kernels that
-fold the blocks through a global partial sum (`chained`, `per_block`) are the reference path.
+fold the blocks through a global partial sum (`chained`, `per_block`) are the reference path. On
+sm80/sm75 (and on sm90 where the Sm90 kernels cannot store the output's rows) the `promote` kernels
+(W8A8PromoteSpec) do the same promotion with mma.sync in qgemm's own 2.x-style threadblock MMA.
 """
 from __future__ import annotations
 
@@ -28,12 +30,14 @@ from cutlass_gen.specs import ActQuantSpec
 from . import _checks, heuristics, reference
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count, zeroed_workspace
+from .fpaintb import plan_launch  # the stream-K CTA count from what fits on the GPU
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 OUTPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-# "auto": the Sm90 kernels on sm90, else "chained"; "chained" and "per_block" are the reference path.
-LAUNCH_MODES = ("auto", "sm90", "chained", "per_block")
+# "auto": the Sm90 kernels on sm90 where they take the output alignment, else "promote" (the Sm80/Sm75
+# kernels); "chained" and "per_block" are the reference path.
+LAUNCH_MODES = ("auto", "sm90", "promote", "chained", "per_block")
 # CUTLASS's smallest legal alignments: 16 int8 per access along K, 4 floats per
 # epilogue access along N. M is free.
 N_ALIGNMENT = 4
@@ -223,7 +227,9 @@ class W8A8GemmPlan:
     (one threadblock per (tile, K-block), the blocks of a tile folded in order through a global FP32
     partial sum) and "per_block" (one launch per K-block) are the literal form of the scheme, kept as
     a reference path and a benchmark column; they take the asymmetric scheme, FP32/FP16 output and
-    the clamp activations, and are what a GPU older than sm90 runs.
+    the clamp activations. `launch_mode` "promote" (what "auto" picks on sm80/sm75, and on sm90 when
+    N is not a multiple of 16 bytes of output) runs the Sm80/Sm75 kernels (W8A8PromoteSpec: mma.sync
+    per K-block, promoted into FP32 registers; the kernel per M from heuristics.w8a8_promote_choice).
 
     Arguments are checked here and at each call before anything is launched. Calls may overlap on
     several streams and in several CUDA graphs: everything a launch writes besides its output
@@ -261,10 +267,10 @@ class W8A8GemmPlan:
         self.target_sm = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
         if launch_mode == "auto":
             sm90_fits = self.target_sm >= 90 and n % _sm90_row_elements(out_dtype) == 0
-            launch_mode = "sm90" if sm90_fits else "chained"
+            launch_mode = "sm90" if sm90_fits else "promote"
         if launch_mode == "sm90":
             _check_sm90(self.target_sm, n, out_dtype)
-        else:
+        elif launch_mode != "promote":  # the promote kernels take every scheme, output and activation
             _check_chained(launch_mode, weight.scheme, out_dtype, activation, self.target_sm)
 
         self.weight = weight
@@ -283,7 +289,7 @@ class W8A8GemmPlan:
         # v = sw sum(qw) + block_size ow per (block, column): the weight side of the asymmetric
         # promotion's second offset term, made once here instead of in every tile.
         self._weight_v = None
-        if weight.scheme == "asymmetric" and launch_mode == "sm90":
+        if weight.scheme == "asymmetric" and launch_mode in ("sm90", "promote"):
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
@@ -319,6 +325,8 @@ class W8A8GemmPlan:
         """The kernel this plan runs for M rows."""
         if self.launch_mode == "sm90":
             return self.choice(m).spec
+        if self.launch_mode == "promote":
+            return self.promote_choice(m).spec
         return heuristics.w8a8_spec(m, self.weight.n, self.weight.block_size, self._output, self.target_sm,
                                     self._sm_count)
 
@@ -326,6 +334,11 @@ class W8A8GemmPlan:
         """The Sm90 kernel and scheduling for M rows (heuristics.w8a8_sm90_choice)."""
         return heuristics.w8a8_sm90_choice(m, self._n, self._k, self.weight.block_size, self.scheme, self._output,
                                            self._epilogue, self._sm_count)
+
+    def promote_choice(self, m: int) -> heuristics.W8A8PromoteChoice:
+        """The Sm80/Sm75 promote kernel and scheduling for M rows (heuristics.w8a8_promote_choice)."""
+        return heuristics.w8a8_promote_choice(m, self._n, self._k, self.weight.block_size, self.scheme, self._output,
+                                              heuristics.w8a8_promote_arch(self.target_sm), self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
@@ -337,7 +350,8 @@ class W8A8GemmPlan:
 
     def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized by quantize_activations (with the
-        weight's scheme). `choice` (a heuristics.W8A8Sm90Choice) overrides the Sm90 heuristic."""
+        weight's scheme). `choice` overrides the heuristic: a heuristics.W8A8Sm90Choice with
+        launch_mode "sm90", a heuristics.W8A8PromoteChoice with "promote"."""
         if not self._valid_fast(xq, out):
             self._check_gemm_args(xq, out)  # raises, naming the argument
         m = xq.q.shape[0]
@@ -345,9 +359,12 @@ class W8A8GemmPlan:
             out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
         if self.launch_mode == "sm90":
             self._gemm_sm90(xq, out, m, choice)
+        elif self.launch_mode == "promote":
+            self._gemm_promote(xq, out, m, choice)
         else:
             if choice is not None:
-                raise ValueError(f"choice selects a Sm90 kernel; this plan's launch_mode is {self.launch_mode!r}")
+                raise ValueError(f"choice selects a Sm90 or promote kernel; this plan's launch_mode is "
+                                 f"{self.launch_mode!r}")
             self._gemm_chained(xq, out, m)
         return out
 
@@ -387,6 +404,52 @@ class W8A8GemmPlan:
             self._fill_sm90(p, m, choice)
             launch = kernel.plan(p)
         return kernel, launch, choice
+
+    def _gemm_promote(self, xq, out, m: int, choice):
+        """The Sm80/Sm75 promote kernel (W8A8PromoteSpec). A stream-K launch gets its FP32 partial
+        buffer and zeroed tile counters from this call alone: calls in flight share nothing."""
+        if choice is None:
+            kernel, launch, choice, ctas = cached(self._per_m, m, lambda: self._prepare_promote(m, None))
+        else:
+            kernel, launch, choice, ctas = self._prepare_promote(m, choice)
+        counters = zeroed_workspace(launch.workspace_bytes, self.device)
+        partial = None
+        if counters is not None:
+            tile_m, tile_n = choice.spec.tile[:2]
+            partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._problem
+            self._fill_promote(p, m, choice, ctas)
+            p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
+            if xq.offset is not None:
+                p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
+            p.ptr[9] = partial.data_ptr() if partial is not None else None
+            p.ptr[10] = out.data_ptr()
+            kernel.launch(p, launch, self._device_index, stream,
+                          counters.data_ptr() if counters is not None else 0, self._call)
+
+    def _fill_promote(self, p: QgemmProblem, m: int, choice, ctas: int):
+        p.m = m
+        p.ext[1] = 1 if self._epilogue == "silu" else 0  # the kernel's activation: clamp or SiLU
+        p.ext[2], p.ext[3] = ctas, choice.raster_group
+
+    def _prepare_promote(self, m: int, choice):
+        choice = choice or self.promote_choice(m)
+        if not isinstance(choice, heuristics.W8A8PromoteChoice):
+            raise TypeError(f"choice must be a qgemm.heuristics.W8A8PromoteChoice with launch_mode 'promote', "
+                            f"got {type(choice).__name__}")
+        spec = choice.spec
+        if (spec.scheme, spec.output) != (self.scheme, self._output) or not spec.supports_target(self.target_sm):
+            raise ValueError(f"choice.spec must have (scheme, output) = {(self.scheme, self._output)} and an arch of "
+                             f"at most {self.target_sm} for this plan, got {(spec.scheme, spec.output)} on "
+                             f"sm{spec.arch}")
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._problem
+            self._fill_promote(p, m, choice, 0)
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+        return kernel, launch, choice, ctas
 
     def _gemm_chained(self, xq, out, m: int):
         # The FP32 running sum of the blocks: the output itself for FP32, else a buffer of this call.
@@ -489,15 +552,14 @@ def _check_sm90(target_sm: int, n: int, out_dtype: torch.dtype):
                          f"sm{target_sm} target")
     _checks.multiple("weight.shape[0] (N)", n, _sm90_row_elements(out_dtype),
                      f"the Sm90 kernels store 16-byte output rows of {out_dtype}; N a multiple of 4 runs with "
-                     f"launch_mode='chained' and float32/float16 output")
+                     f"launch_mode='promote'")
 
 
 def _check_chained(launch_mode: str, scheme: str, out_dtype, activation: str, target_sm: int):
     where = f"launch_mode={launch_mode!r}" + (f" (sm{target_sm} GPUs run no Sm90 kernel)" if target_sm < 90 else "")
     if scheme != "asymmetric":
         raise ValueError(f"weight.scheme must be 'asymmetric' with {where}, got {scheme!r}: the symmetric "
-                         f"(block-INT8) scheme runs on the Sm90 kernels (an sm90 GPU, N a multiple of 16 bytes "
-                         f"of output: 8 for float16/bfloat16, 4 for float32)")
+                         f"(block-INT8) scheme runs with launch_mode 'promote' (any GPU) or 'sm90'")
     if out_dtype not in (torch.float32, torch.float16):
         raise TypeError(f"out_dtype must be torch.float32 or torch.float16 with {where}, got {out_dtype}")
     if activation not in reference.ACTIVATIONS:

@@ -209,7 +209,7 @@ def fake_sm90(monkeypatch):
 @pytest.mark.parametrize("kwargs, exc, fragment", [
     (dict(activation="gelu"), ValueError, "activation must be one of ('none', 'relu', 'relu6', 'silu'), got 'gelu'"),
     (dict(out_dtype=torch.int32), TypeError, "out_dtype must be one of"),
-    (dict(launch_mode="x"), ValueError, "launch_mode must be one of ('auto', 'sm90', 'chained', 'per_block')"),
+    (dict(launch_mode="x"), ValueError, "launch_mode must be one of ('auto', 'sm90', 'promote', 'chained', 'per_block')"),
     (dict(out_dtype=torch.bfloat16, launch_mode="chained"), TypeError,
      "out_dtype must be torch.float32 or torch.float16 with launch_mode='chained'"),
     (dict(activation="silu", launch_mode="per_block"), ValueError,

@@ -133,14 +133,16 @@ def test_from_float_rejects_bad_scheme():
 def test_plan_modes(fake_sm90):
     plan = qgemm.W8A8GemmPlan(_weight())
     assert plan.launch_mode == "sm90" and plan.scheme == "symmetric"
-    # N a multiple of 4 but not of 8: FP16 rows are not 16 bytes; the asymmetric scheme falls back.
+    # N a multiple of 4 but not of 8: FP16 rows are not 16 bytes; both schemes fall back to the
+    # Sm80 promote kernels.
     w = _weight("asymmetric", n=12)
-    assert qgemm.W8A8GemmPlan(w).launch_mode == "chained"
+    assert qgemm.W8A8GemmPlan(w).launch_mode == "promote"
+    assert qgemm.W8A8GemmPlan(_weight(n=12)).launch_mode == "promote"
     assert qgemm.W8A8GemmPlan(w, out_dtype=torch.float32).launch_mode == "sm90"
     with pytest.raises(ValueError, match=r"weight.shape\[0\] \(N\) must be a multiple of 8"):
         qgemm.W8A8GemmPlan(w, launch_mode="sm90")
     with pytest.raises(ValueError, match="weight.scheme must be 'asymmetric' with launch_mode='chained'"):
-        qgemm.W8A8GemmPlan(_weight(n=12))
+        qgemm.W8A8GemmPlan(_weight(n=12), launch_mode="chained")
     with pytest.raises(ValueError, match="weight.scheme must be 'asymmetric' with launch_mode='per_block'"):
         qgemm.W8A8GemmPlan(_weight(), launch_mode="per_block")
 

@@ -10,6 +10,8 @@ Columns:
   sym+q      the same plus the activation quantization (what a layer costs per call)
   asym       qgemm, MNN's asymmetric scheme (block 128), GEMM alone
   asym+q     the same plus its activation quantization
+  p80        qgemm's Sm80 promote kernels (launch_mode="promote": mma.sync per K-block promoted into
+             FP32 registers), symmetric, GEMM alone; on an H100 the sm80 kernels built for sm_90a
   chained    the reference path (launch_mode="chained": one threadblock per (tile, K-block), blocks
              folded through a global FP32 partial sum), asymmetric, L2-warm, M <= 128 only
   fp16       torch.matmul, FP16 x FP16 (cuBLAS)
@@ -60,6 +62,7 @@ def run_shape(n: int, k: int, ms, bw: float, block32: bool) -> list[dict]:
     sym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in sym]
     asym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in asym]
     chained = qgemm.W8A8GemmPlan(asym[0], out_dtype=torch.float16, launch_mode="chained")
+    promote_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16, launch_mode="promote") for x in sym]
     w16 = [w.half() for _ in range(copies16)]
     wq_t = [s.qweight.t() for s in sym]  # [K, N] column-major views, as _int_mm wants
     rows = []
@@ -74,6 +77,8 @@ def run_shape(n: int, k: int, ms, bw: float, block32: bool) -> list[dict]:
         row["asym_us"] = timed_rotating([lambda p=p: p.gemm(xa) for p in asym_plans])
         row["asym_quant_us"] = timed_rotating([lambda p=p: p(x) for p in asym_plans])
         row["kernel_sym"] = sym_plans[0].kernel_spec(m).name
+        row["promote_us"] = timed_rotating([lambda p=p: p.gemm(xs) for p in promote_plans])
+        row["kernel_promote"] = promote_plans[0].kernel_spec(m).name
         row["chained_us"] = timed(lambda: chained.gemm(xa)) if m <= CHAINED_MAX_M else math.nan
         row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
         row["fp16_warm_us"] = timed(lambda: x @ w16[0].t())
@@ -93,7 +98,7 @@ def run_shape(n: int, k: int, ms, bw: float, block32: bool) -> list[dict]:
             del a32, plans32
         rows.append(row)
         print(_fmt(row), flush=True)
-    del sym, asym, sym_plans, asym_plans, chained, w16, wq_t
+    del sym, asym, sym_plans, asym_plans, chained, promote_plans, w16, wq_t
     torch.cuda.empty_cache()
     return rows
 
@@ -133,7 +138,7 @@ def sweep_shape(n: int, k: int, ms) -> list[dict]:
 
 HEADER = (f"{'M':>5} {'N':>6} {'K':>6} | {'sym':>8} {'sym+q':>8} {'asym':>8} {'asym+q':>8} {'chained':>8} | "
           f"{'fp16':>8} {'int_mm':>8} {'triton':>8} {'floor':>7} | {'vs fp16':>7} {'vs i_mm':>7} {'vs trit':>7} "
-          f"{'asym vs fp16':>12} {'TOPS':>6} {'warm':>7}")
+          f"{'asym vs fp16':>12} {'TOPS':>6} {'warm':>7} | {'p80':>8} {'p80/fp16':>8}")
 
 
 def _ratio(a, b):
@@ -145,7 +150,8 @@ def _fmt(r: dict) -> str:
             f"{r['asym_quant_us']:>8.1f} {r['chained_us']:>8.1f} | {r['fp16_us']:>8.1f} {r['int_mm_us']:>8.1f} "
             f"{r['triton_us']:>8.1f} {r['floor_us']:>7.1f} | {_ratio(r['fp16_us'], r['sym_us']):>6.2f}x "
             f"{_ratio(r['int_mm_us'], r['sym_us']):>6.2f}x {_ratio(r['triton_us'], r['sym_us']):>6.2f}x "
-            f"{_ratio(r['fp16_us'], r['asym_us']):>11.2f}x {r['sym_tops']:>6.0f} {r['sym_warm_us']:>7.1f}")
+            f"{_ratio(r['fp16_us'], r['asym_us']):>11.2f}x {r['sym_tops']:>6.0f} {r['sym_warm_us']:>7.1f} | "
+            f"{r['promote_us']:>8.1f} {_ratio(r['fp16_us'], r['promote_us']):>7.2f}x")
 
 
 def summary(rows: list[dict], ms) -> list[str]:
@@ -158,7 +164,8 @@ def summary(rows: list[dict], ms) -> list[str]:
             f"vs triton {geomean(_ratio(r['triton_us'], r['sym_us']) for r in rs):.2f}x, "
             f"sym/floor {geomean(_ratio(r['sym_us'], r['floor_us']) for r in rs):.2f}; "
             f"asym vs fp16 {geomean(_ratio(r['fp16_us'], r['asym_us']) for r in rs):.2f}x; "
-            f"sym+quant vs fp16 {geomean(_ratio(r['fp16_us'], r['sym_quant_us']) for r in rs):.2f}x")
+            f"sym+quant vs fp16 {geomean(_ratio(r['fp16_us'], r['sym_quant_us']) for r in rs):.2f}x; "
+            f"sm80 promote (sym) vs fp16 {geomean(_ratio(r['fp16_us'], r['promote_us']) for r in rs):.2f}x")
     b32 = [r for r in rows if "asym_b32_us" in r]
     if b32:
         lines.append(f"  block 32 / block 128 throughput (asymmetric, M={b32[0]['m']}): "

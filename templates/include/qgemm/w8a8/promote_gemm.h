@@ -41,9 +41,7 @@
 #include <type_traits>
 
 #include "cutlass/cutlass.h"
-#include "cutlass/arch/memory_sm75.h"  // ldsm
-#include "cutlass/arch/memory_sm80.h"  // cp_async_zfill
-#include "cutlass/array.h"
+#include "qgemm/w8a8/promote_mma.h"  // the warp's MMA, ldmatrix and cp.async
 
 namespace qgemm {
 namespace w8a8 {
@@ -51,36 +49,6 @@ namespace w8a8 {
 namespace promote_detail {
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// One m16n8k32 s8 x s8 -> s32 step (fragments as in the header comment).
-template <int Arch>
-struct IntMma;
-
-template <>
-struct IntMma<80> {
-  __device__ static void step(int (&c)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-// Sm75 has no m16n8k32: four m8n8k16 (rows g and g + 8, k 0-15 and 16-31) give the same sums.
-template <>
-struct IntMma<75> {
-  __device__ static void step(int (&c)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[0]), "+r"(c[1]) : "r"(a[0]), "r"(b0));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[0]), "+r"(c[1]) : "r"(a[2]), "r"(b1));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[2]), "+r"(c[3]) : "r"(a[1]), "r"(b0));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[2]), "+r"(c[3]) : "r"(a[3]), "r"(b1));
-  }
-};
 
 // float(p), exact for |p| <= 2^22 (see the header comment).
 __device__ __forceinline__ float exact_float(int p) {
@@ -287,13 +255,7 @@ struct PromoteGemm {
     template <int Bytes>
     __device__ void op(Empty&, Chunk const& chunk) {
       if (!chunk.active) return;
-      if constexpr (Bytes == 16) {
-        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(stage + chunk.dst, chunk.src,
-                                                                                 chunk.valid);
-      } else {
-        cutlass::arch::cp_async_zfill<Bytes, cutlass::arch::CacheOperation::Always>(stage + chunk.dst, chunk.src,
-                                                                                    chunk.valid);
-      }
+      promote_detail::copy_async<Bytes>(stage + chunk.dst, chunk.src, chunk.valid);
     }
   };
 
@@ -404,27 +366,26 @@ struct PromoteGemm {
     for (int s = 0; s < kSteps; ++s) {
       // x: lanes 0-15 address rows 0-15 at the step's first 16 bytes, lanes 16-31 the next 16:
       // the four 8x8 b16 matrices are a0..a3.
-      cutlass::Array<unsigned, 4> a[kMTiles];
+      uint32_t a[kMTiles][4];
       CUTLASS_PRAGMA_UNROLL
       for (int mt = 0; mt < kMTiles; ++mt) {
         int const row = warp_m * kWarpM + 16 * mt + lane % 16;
-        cutlass::arch::ldsm<cutlass::layout::RowMajor, 4>(a[mt], a_smem + swizzle(row, 2 * s + lane / 16));
+        promote_detail::ldmatrix_x4(a[mt], a_smem + swizzle(row, 2 * s + lane / 16));
       }
       // Weight rows (columns of the product), two 8-column tiles per ldmatrix.x4: lane l addresses
       // matrix l / 8, row l % 8: (tile nt, k 0-15), (nt, k 16-31), (nt + 1, k 0-15), (nt + 1, k 16-31),
       // i.e. b0, b1 of tile nt and b0, b1 of tile nt + 1.
-      cutlass::Array<unsigned, 4> b[kNTiles / 2];
+      uint32_t b[kNTiles / 2][4];
       CUTLASS_PRAGMA_UNROLL
       for (int np = 0; np < kNTiles / 2; ++np) {
         int const row = warp_n * kWarpN + 8 * (2 * np + lane / 16) + lane % 8;
-        cutlass::arch::ldsm<cutlass::layout::RowMajor, 4>(b[np], b_smem + swizzle(row, 2 * s + (lane / 8) % 2));
+        promote_detail::ldmatrix_x4(b[np], b_smem + swizzle(row, 2 * s + (lane / 8) % 2));
       }
       CUTLASS_PRAGMA_UNROLL
       for (int mt = 0; mt < kMTiles; ++mt) {
-        uint32_t const frag[4] = {a[mt][0], a[mt][1], a[mt][2], a[mt][3]};
         CUTLASS_PRAGMA_UNROLL
         for (int nt = 0; nt < kNTiles; ++nt) {
-          Mma::step(block[mt][nt], frag, b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+          Mma::step(block[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
         }
       }
       // Does a K-block end with this step? (block_steps is a power of two.)
@@ -457,20 +418,20 @@ struct PromoteGemm {
           copy.stage = smem + s * kStageBytes;
           for_each_chunk(p, kt_begin + s, m0, n0, copy);
         }
-        cutlass::arch::cp_async_fence();
+        promote_detail::copy_async_fence();
       }
       for (int i = 0; i < tiles; ++i) {
-        cutlass::arch::cp_async_wait<kStages - 2>();
+        promote_detail::copy_async_wait<kStages - 2>();
         __syncthreads();  // tile i has landed for every thread; stage (i - 1) % kStages is free again
         int const next = i + kStages - 1;
         if (next < tiles) {
           copy.stage = smem + (next % kStages) * kStageBytes;
           for_each_chunk(p, kt_begin + next, m0, n0, copy);
         }
-        cutlass::arch::cp_async_fence();
+        promote_detail::copy_async_fence();
         compute(p, smem + (i % kStages) * kStageBytes, (kt_begin + i) * kSteps, warp_m, warp_n, block, acc);
       }
-      cutlass::arch::cp_async_wait<0>();
+      promote_detail::copy_async_wait<0>();
     } else {
       LoadToRegisters regs;
       for_each_chunk(p, kt_begin, m0, n0, regs);

@@ -1,0 +1,233 @@
+// A CPU emulator of one CUDA thread block, for testing qgemm's hand-written CUDA kernels without a
+// GPU (tests/test_w8a8_promote_emulated.py). Every CUDA thread is a fiber (ucontext) of one OS
+// thread; the scheduler runs each fiber until it reaches a barrier: __syncthreads (all threads of
+// the block) or a warp collective (all 32 lanes: ldmatrix, mma; see qgemm/w8a8/promote_mma.h here).
+// cp.async copies land only when the issuing thread waits for their group, as on the GPU, so a
+// read of a stage before its wait, or a missing barrier before a stage is refilled, shows up as
+// wrong data. Blocks of a grid run one after another.
+//
+// Kernel sources compile unchanged with g++: this header defines the CUDA built-ins they use, and
+// tests/emulator/ precedes templates/include/ on the include path, so its qgemm/abi_exports.h (the
+// launch entry) and qgemm/w8a8/promote_mma.h (the warp primitives) replace the real ones.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <vector_functions.h>
+#include <vector_types.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef __device__
+#define __device__
+#endif
+#ifndef __host__
+#define __host__
+#endif
+#ifndef __forceinline__
+#define __forceinline__ inline
+#endif
+
+namespace emu {
+
+struct Copy {
+  char* dst;
+  std::vector<char> bytes;
+};
+
+struct Thread {
+  enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+  ucontext_t context;
+  uint3 index;
+  State state = kReady;
+  std::vector<char> stack;
+  std::vector<Copy> open;                     // cp.async copies not yet committed
+  std::deque<std::vector<Copy>> committed;    // committed groups, oldest first
+};
+
+// What the lanes of a warp exchange in a collective.
+struct WarpScratch {
+  char const* address[32];
+  uint32_t a[32][4];
+  uint32_t b[32][2];
+};
+
+struct Range {
+  char const* begin;
+  char const* end;
+};
+
+struct State {
+  uint3 block;
+  std::vector<Thread> threads;
+  std::vector<WarpScratch> warps;
+  int current = 0;
+  ucontext_t scheduler;
+  std::function<void()> body;
+  char* smem = nullptr;
+  size_t smem_bytes = 0;
+  std::vector<Range> readable;  // global memory the kernel may read (cp.async sources)
+  // 0: lockstep (each warp one collective per sweep); 1, 2: skewed (each warp alone up to its next
+  // __syncthreads, warps in order or reversed): a missing barrier lets one warp overwrite what
+  // another still reads. 3, 4: skewed as 1, 2, with cp.async copies landing at once when issued
+  // (0-2: when waited for): the GPU may land them anywhere between the two.
+  int schedule = 0;
+  std::string error;
+};
+
+inline State& state() {
+  static State s;
+  return s;
+}
+inline Thread& self() { return state().threads[state().current]; }
+inline WarpScratch& warp() { return state().warps[self().index.x / 32]; }
+
+inline void fail(std::string const& what) {
+  if (state().error.empty()) state().error = what;
+}
+
+inline void yield(Thread::State s) {
+  Thread& t = self();
+  t.state = s;
+  swapcontext(&t.context, &state().scheduler);
+}
+
+inline void sync_warp() { yield(Thread::kAtWarpBarrier); }
+
+inline bool in_smem(void const* p, size_t bytes) {
+  char const* c = static_cast<char const*>(p);
+  return c >= state().smem && c + bytes <= state().smem + state().smem_bytes;
+}
+
+inline bool readable(void const* p, size_t bytes) {
+  char const* c = static_cast<char const*>(p);
+  for (Range const& r : state().readable) {
+    if (c >= r.begin && c + bytes <= r.end) return true;
+  }
+  return state().readable.empty();
+}
+
+inline void fiber_entry() {
+  state().body();
+  self().state = Thread::kDone;  // returning resumes the scheduler (uc_link)
+}
+
+// Runs one block of `threads` threads to completion; false (and state().error) on a deadlock.
+inline bool run_block(uint3 block, int threads) {
+  State& s = state();
+  s.block = block;
+  s.threads.assign(threads, Thread{});
+  s.warps.assign((threads + 31) / 32, WarpScratch{});
+  for (int t = 0; t < threads; ++t) {
+    Thread& th = s.threads[t];
+    th.index = make_uint3(unsigned(t), 0, 0);
+    th.stack.resize(256 * 1024);
+    getcontext(&th.context);
+    th.context.uc_stack.ss_sp = th.stack.data();
+    th.context.uc_stack.ss_size = th.stack.size();
+    th.context.uc_link = &s.scheduler;
+    makecontext(&th.context, fiber_entry, 0);
+  }
+  int const warps = (threads + 31) / 32;
+  auto lanes_of = [&](int w) { return std::min(32, threads - 32 * w); };
+  // Runs warp w's ready lanes; a warp collective that all its lanes reached is released.
+  auto step_warp = [&](int w) -> bool {
+    bool ran = false;
+    for (int l = 0; l < lanes_of(w); ++l) {
+      Thread& th = s.threads[32 * w + l];
+      if (th.state != Thread::kReady) continue;
+      s.current = 32 * w + l;
+      swapcontext(&s.scheduler, &th.context);
+      ran = true;
+    }
+    int waiting = 0;
+    for (int l = 0; l < lanes_of(w); ++l) waiting += s.threads[32 * w + l].state == Thread::kAtWarpBarrier;
+    if (waiting == lanes_of(w)) {
+      for (int l = 0; l < lanes_of(w); ++l) s.threads[32 * w + l].state = Thread::kReady;
+      ran = true;
+    }
+    return ran;
+  };
+  for (;;) {
+    if (s.schedule == 0) {  // lockstep: every warp one collective further per sweep
+      for (int w = 0; w < warps; ++w) step_warp(w);
+    } else {  // skewed: each warp runs alone up to its next __syncthreads, in order or reversed
+      for (int i = 0; i < warps; ++i) {
+        int const w = s.schedule % 2 == 1 ? i : warps - 1 - i;
+        while (step_warp(w)) {
+        }
+      }
+    }
+    int done = 0, at_block = 0, ready = 0;
+    for (Thread const& th : s.threads) {
+      done += th.state == Thread::kDone;
+      at_block += th.state == Thread::kAtBlockBarrier;
+      ready += th.state == Thread::kReady;
+    }
+    if (done == threads) break;
+    if (ready > 0) continue;
+    if (at_block == threads) {
+      for (Thread& th : s.threads) th.state = Thread::kReady;
+      continue;
+    }
+    fail("deadlock: threads wait at different barriers (" + std::to_string(done) + " done, " +
+         std::to_string(at_block) + " at __syncthreads of " + std::to_string(threads) + ")");
+    return false;
+  }
+  for (Thread const& th : s.threads) {
+    if (!th.open.empty() || !th.committed.empty()) fail("a thread exited with cp.async copies still pending");
+  }
+  return true;
+}
+
+// Launches a 1-D grid (blocks one after another); 0 or 1 (state().error says why).
+inline int launch(unsigned blocks, int threads, size_t smem_bytes, std::function<void(char*)> kernel) {
+  State& s = state();
+  s.error.clear();
+  std::vector<char> smem(smem_bytes + 256);
+  char* base = smem.data() + (256 - reinterpret_cast<uintptr_t>(smem.data()) % 256);
+  for (unsigned b = 0; b < blocks && s.error.empty(); ++b) {
+    // Stale bytes, as a reused multiprocessor leaves them: nothing may read shared memory unwritten.
+    for (size_t i = 0; i < smem_bytes; ++i) base[i] = char(0xA5 ^ (i * 7 + b));
+    s.smem = base;
+    s.smem_bytes = smem_bytes;
+    s.body = [&] { kernel(base); };
+    if (!run_block(make_uint3(b, 0, 0), threads)) break;
+  }
+  return s.error.empty() ? 0 : 1;
+}
+
+}  // namespace emu
+
+// ---- CUDA built-ins ------------------------------------------------------------------------------
+#define threadIdx (emu::self().index)
+#define blockIdx (emu::state().block)
+
+inline void __syncthreads() { emu::yield(emu::Thread::kAtBlockBarrier); }
+inline void __threadfence() {}
+inline int atomicAdd(int* p, int v) {
+  int old = *p;
+  *p += v;
+  return old;
+}
+template <class T>
+inline void __stcg(T* p, T v) { *p = v; }
+template <class T>
+inline T __ldcg(T const* p) { return *p; }
+inline float __int_as_float(int v) {
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+inline float __expf(float v) { return std::exp(v); }
+inline int min(int a, int b) { return a < b ? a : b; }

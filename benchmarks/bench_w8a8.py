@@ -136,6 +136,43 @@ def sweep_shape(n: int, k: int, ms) -> list[dict]:
     return out
 
 
+def sweep_promote_shape(n: int, k: int, ms) -> list[dict]:
+    """Every promote catalog kernel of this GPU's build target (FP16 output, block 128, both schemes),
+    forced by choice= with one CTA per tile and stream-K over 1 and 2 CTAs per SM, rotated weights:
+    the table heuristics.w8a8_promote_choice is set from."""
+    from cutlass_gen.catalog import catalog
+    from cutlass_gen.specs import W8A8PromoteSpec
+    from qgemm._runtime import target_sm_for
+    target = target_sm_for(torch.cuda.get_device_capability())
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
+    copies = rotation_count(n * k)
+    out = []
+    for scheme in ("symmetric", "asymmetric"):
+        plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16,
+                                    launch_mode="promote") for _ in range(copies)]
+        specs = [s for s in catalog(target, W8A8PromoteSpec.family) if (s.scheme, s.output) == (scheme, "f16")]
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            xq = qgemm.quantize_activations(x, 128, symmetric=scheme == "symmetric")
+            times = {}
+            for spec in specs:
+                for ctas_per_sm in (0, 1, 2):
+                    choice = heuristics.W8A8PromoteChoice(spec, ctas_per_sm, min(8, -(-m // spec.tile[0])))
+                    label = f"{spec.tile[0]}x{spec.tile[1]}-sk{ctas_per_sm}"
+                    times[label] = timed_rotating([lambda p=p, c=choice: p.gemm(xq, choice=c) for p in plans])
+            best = min(times, key=lambda t: times[t] if not math.isnan(times[t]) else math.inf)
+            chosen = plans[0].promote_choice(m)
+            print(f"sweep-promote {scheme[:4]} M={m:>5} N={n:>6} K={k:>6}: best {best} {times[best]:.1f} us; "
+                  + " ".join(f"{t}={v:.1f}" for t, v in times.items())
+                  + f" | heuristic: {chosen.spec.tile[0]}x{chosen.spec.tile[1]}-sk{chosen.ctas_per_sm}", flush=True)
+            out.append({"scheme": scheme, "m": m, "n": n, "k": k, "times": times, "heuristic": chosen.spec.name,
+                        "heuristic_ctas_per_sm": chosen.ctas_per_sm})
+        del plans
+        torch.cuda.empty_cache()
+    return out
+
+
 HEADER = (f"{'M':>5} {'N':>6} {'K':>6} | {'sym':>8} {'sym+q':>8} {'asym':>8} {'asym+q':>8} {'chained':>8} | "
           f"{'fp16':>8} {'int_mm':>8} {'triton':>8} {'floor':>7} | {'vs fp16':>7} {'vs i_mm':>7} {'vs trit':>7} "
           f"{'asym vs fp16':>12} {'TOPS':>6} {'warm':>7} | {'p80':>8} {'p80/fp16':>8}")
@@ -182,6 +219,8 @@ def main():
     ap.add_argument("--nk", action="append", metavar="NxK", help="only these (N, K) shapes, e.g. 8192x28672")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     ap.add_argument("--sweep", action="store_true", help="also time every Sm90 catalog kernel per M")
+    ap.add_argument("--sweep-promote", action="store_true", help="also time every promote (Sm80) catalog kernel per M")
+    ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
@@ -190,11 +229,15 @@ def main():
     overhead = host_overhead_us()
     print(HEADER)
     rows, sweep = [], []
-    for n, k in shapes:
-        rows += run_shape(n, k, ms, bw, block32=True)
+    if not args.no_table:
+        for n, k in shapes:
+            rows += run_shape(n, k, ms, bw, block32=True)
     if args.sweep:
         for n, k in shapes:
             sweep += sweep_shape(n, k, ms)
+    if args.sweep_promote:
+        for n, k in shapes:
+            sweep += sweep_promote_shape(n, k, ms)
     result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
               "host_overhead_us_per_gemm_call": overhead, "rows": rows, "sweep": sweep}
     with open(args.json, "w") as f:
@@ -202,10 +245,11 @@ def main():
     print(f"device {result['device']}, copy bandwidth {bw / 1e9:.0f} GB/s, L2 {l2_bytes() >> 20} MiB, "
           f"host overhead {overhead:.1f} us per warm plan.gemm call")
     print("times in us per call, weights rotated through >= 4x L2 (warm: L2-warm sym); ratios > 1: qgemm faster")
-    print(HEADER)
-    for r in rows:
-        print(_fmt(r))
-    print("\n".join(summary(rows, ms)))
+    if rows:
+        print(HEADER)
+        for r in rows:
+            print(_fmt(r))
+        print("\n".join(summary(rows, ms)))
 
 
 if __name__ == "__main__":

@@ -184,6 +184,9 @@ def test_bias_and_activations(emulated, activation):
 
 
 def test_one_row(emulated):
-    """M = 1 on the decode tile, N = 4 (one 4-column vector copy of a 128-column tile)."""
+    """M = 1 on the decode tile, N = 4 (one 4-column vector copy of a 128-column tile), alone and
+    split stream-K (the partials of rows past M are skipped)."""
     _check(emulated(SPECS[2]), 1, 4, 512, 128)
     _check(emulated(SPECS[7]), 1, 4, 96, 32)
+    _check(emulated(SPECS[2]), 1, 260, 1024, 128, ctas=7, schedule=4)
+    _check(emulated(SPECS[7]), 3, 260, 512, 64, ctas=5, schedule=1)

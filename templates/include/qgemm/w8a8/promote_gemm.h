@@ -476,7 +476,8 @@ struct PromoteGemm {
       int const kt_end = min(u_end * p.unit_tiles, p.k_tiles);
       mainloop(p, smem, m0, n0, kt_begin, kt_end, warp_m, warp_n, acc);
       bool const whole = u_begin == 0 && u_end == p.k_units;
-      if (whole || fixup(p, smem, tile, iter == begin ? 0 : 1, acc)) epilogue(p, m0, n0, warp_m, warp_n, acc);
+      bool const last = whole || fixup(p, smem, tile, iter == begin ? 0 : 1, m0 + warp_m * kWarpM, acc);
+      if (last) epilogue(p, m0, n0, warp_m, warp_n, acc);
       iter += u_end - u_begin;
       if (iter < end) __syncthreads();  // the next segment's loads overwrite the stages
     }
@@ -515,17 +516,24 @@ struct PromoteGemm {
   // stores coalesced across the CTA) and count in on the tile's counter. The last CTA to arrive adds
   // every contribution in CTA order, so the result does not depend on who finishes last, resets the
   // counter and returns true to run the epilogue; the others return false. Nothing waits.
+  // Accumulators of rows past M are neither stored nor read: a decode batch of M rows on a 16-row
+  // tile moves M / 16 of the tile (float4 v of a thread holds rows r and r + 8, r = warp row + 16 mt
+  // + g, both past M when r is).
   static constexpr int kAccVectors = kMTiles * kNTiles;  // float4s of accumulators per thread
 
   static __device__ float4* partial_slot(Params const& p, int cta, int slot) {
     return reinterpret_cast<float4*>(p.partial) + (int64_t(cta) * 2 + slot) * kAccVectors * kThreads;
   }
 
-  static __device__ bool fixup(Params const& p, char* smem, int tile, int slot, float (&acc)[kMTiles][kNTiles][4]) {
+  static __device__ bool fixup(Params const& p, char* smem, int tile, int slot, int warp_row0,
+                               float (&acc)[kMTiles][kNTiles][4]) {
     float4* const acc4 = reinterpret_cast<float4*>(&acc[0][0][0]);
     float4* const mine = partial_slot(p, blockIdx.x, slot);
+    int const row0 = warp_row0 + (threadIdx.x % 32) / 4;
     CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kAccVectors; ++v) __stcg(mine + v * kThreads + threadIdx.x, acc4[v]);
+    for (int v = 0; v < kAccVectors; ++v) {
+      if (row0 + 16 * (v / kNTiles) < p.m) __stcg(mine + v * kThreads + threadIdx.x, acc4[v]);
+    }
     int64_t const tile_begin = int64_t(tile) * p.k_units;
     int const first = int(tile_begin / p.iters_per_cta);
     int const last = int((tile_begin + p.k_units - 1) / p.iters_per_cta);
@@ -547,6 +555,7 @@ struct PromoteGemm {
       float4 const* part = partial_slot(p, c, int64_t(c) * p.iters_per_cta < tile_begin ? 1 : 0);
       CUTLASS_PRAGMA_UNROLL
       for (int v = 0; v < kAccVectors; ++v) {
+        if (row0 + 16 * (v / kNTiles) >= p.m) continue;
         float4 const x = __ldcg(part + v * kThreads + threadIdx.x);
         acc4[v] = make_float4(acc4[v].x + x.x, acc4[v].y + x.y, acc4[v].z + x.z, acc4[v].w + x.w);
       }

@@ -9,7 +9,7 @@ import pytest
 from cutlass_gen.catalog import catalog, families
 from cutlass_gen.paths import templates_dir
 from cutlass_gen.render import _cpp_string, _environment, render
-from cutlass_gen.specs import SUPPORTED_TARGETS, ActQuantSpec, W8A8GemmSpec, spec_from_dict
+from cutlass_gen.specs import SUPPORTED_TARGETS, ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec, spec_from_dict
 
 
 def all_catalog_specs():
@@ -80,6 +80,8 @@ def test_spec_normalizes_shapes_to_tuples():
     (W8A8GemmSpec(80, (64, 64, 64), (32, 32, 64), 4, "f32", swizzle=2),
      "qgemm_w8a8_gemm_sm80_s8s8_f32_64x64x64_w32x32x64_s4_sw2"),
     (ActQuantSpec("bf16"), "qgemm_act_quant_sm75_bf16_s8"),
+    (W8A8PromoteSpec(80, (128, 128, 64), (64, 32), 4, "symmetric", "bf16"),
+     "qgemm_w8a8_promote_sm80_s8s8_bf16_sym_128x128x64_w64x32_s4"),
 ])
 def test_names_are_stable(spec, name):
     """Names key the build cache, the generated/ files and the fatbin entry: they must not drift."""
@@ -133,6 +135,13 @@ def test_catalog_specs_support_their_target(sm):
     assert {s.family for s in specs} == expected
 
 
+def test_promote_catalog_per_target():
+    """w8a8_gemm_promote: Turing kernels for sm75; the sm80 ones for sm80 and, built for sm_90a, sm90."""
+    assert {s.arch for s in catalog(75, "w8a8_gemm_promote")} == {75}
+    assert {s.arch for s in catalog(80, "w8a8_gemm_promote")} == {80}
+    assert catalog(90, "w8a8_gemm_promote") == catalog(80, "w8a8_gemm_promote")
+
+
 def test_catalog_family_filter_and_arch_mix():
     """sm75 gets only Turing GEMMs; sm80/sm90 keep the sm75 ones (tile K 32 serves block size 32)."""
     assert all(s.family == "act_quant" for s in catalog(75, "act_quant"))
@@ -149,6 +158,7 @@ def test_catalog_family_filter_and_arch_mix():
     W8A8GemmSpec(75, (128, 128, 32), (64, 64, 32), 2, "f16"),
     W8A8GemmSpec(80, (64, 64, 64), (32, 32, 64), 4, "f32", swizzle=2),
     ActQuantSpec("f16"),
+    W8A8PromoteSpec(75, (16, 128, 64), (16, 32), 2, "asymmetric", "f32"),
 ], ids=lambda s: s.name)
 def test_render_output(spec):
     """The source names its template and spec, exports the kernel under its name, and is fully expanded."""

@@ -408,6 +408,8 @@ class W8A8GemmPlan:
     def _gemm_promote(self, xq, out, m: int, choice):
         """The Sm80/Sm75 promote kernel (W8A8PromoteSpec). A stream-K launch gets its FP32 partial
         buffer and zeroed tile counters from this call alone: calls in flight share nothing."""
+        if xq.q.data_ptr() % 16:
+            _checks.aligned("xq.q", xq.q, 16, "16-byte cp.async copies of its rows")
         if choice is None:
             kernel, launch, choice, ctas = cached(self._per_m, m, lambda: self._prepare_promote(m, None))
         else:
@@ -444,6 +446,12 @@ class W8A8GemmPlan:
             raise ValueError(f"choice.spec must have (scheme, output) = {(self.scheme, self._output)} and an arch of "
                              f"at most {self.target_sm} for this plan, got {(spec.scheme, spec.output)} on "
                              f"sm{spec.arch}")
+        # cp.async copies 16 bytes of the operands' rows and of the weight's vectors per column block.
+        w = self.weight
+        for name, t in (("weight.qweight", w.qweight), ("weight.scale", w.scale if w.scheme == "asymmetric" else None),
+                        ("weight.offset", w.offset), ("weight.v", self._weight_v)):
+            if t is not None:
+                _checks.aligned(name, t, 16, "16-byte cp.async copies")
         kernel = get_kernel(spec, self.target_sm)
         with self._lock:
             p = self._problem

@@ -289,3 +289,21 @@ def test_host_library_make_params_needs_every_pointer(hosts):
         p.ptr[9] = 0x9000
         assert host.make_params_fn(ctypes.byref(p), None, params, PARAMS_CAPACITY) != 0  # no counters
         assert host.make_params_fn(ctypes.byref(p), 0xA000, params, PARAMS_CAPACITY) == 0
+
+
+def test_plan_rejects_misaligned_operands(monkeypatch):
+    """cp.async copies 16 bytes: a contiguous view that starts off a 16-byte boundary is named before
+    anything launches."""
+    _fake_target(monkeypatch, 80)
+    n, k = 256, 512
+    base = torch.zeros(n * k + 8, dtype=torch.int8)
+    shifted = base[8:].view(n, k)
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_block_int8(shifted, torch.ones(2, 4)))
+    xq = w8a8_mod.QuantizedActivations(torch.zeros(4, k, dtype=torch.int8), torch.ones(4, 4), None, None, 128)
+    with pytest.raises(ValueError, match="weight.qweight must start at a 16-byte aligned address"):
+        plan.gemm(xq)
+    plan = qgemm.W8A8GemmPlan(_weight())
+    x_base = torch.zeros(4 * k + 4, dtype=torch.int8)
+    xq = w8a8_mod.QuantizedActivations(x_base[4:].view(4, k), torch.ones(4, 4), None, None, 128)
+    with pytest.raises(ValueError, match="xq.q must start at a 16-byte aligned address"):
+        plan.gemm(xq)

@@ -109,13 +109,16 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 #   * M <= W8A8_PROMOTE_MIDDLE_MAX_M: 64 x 128 (four warps of 32 x 64), on arch 80 (the Sm75
 #     catalog has no such kernel: the 128 x 128 tile there);
 #   * beyond: 128 x 128 (eight warps of 64 x 32: int32 and FP32 accumulators fit 64 + 64 registers).
-#   * stream-K over W8A8_PROMOTE_STREAMK_CTAS_PER_SM CTAs per SM (at most what fits) when the output
-#     tiles do not fill the GPU once (a decode batch on a 4096-row weight: 32 tiles); the splits fall
-#     on K-block boundaries.
+#   * stream-K over W8A8_PROMOTE_STREAMK_CTAS_PER_SM CTAs per SM (at most what fits) when there are
+#     fewer than W8A8_PROMOTE_STREAMK_WAVES tiles per SM: below one wave SMs idle (a decode batch on a
+#     4096-row weight: 32 tiles), and between one and two the second wave runs part-empty (the
+#     128 x 128 kernel fits one CTA per SM). The splits fall on K-block boundaries; each CTA adds at
+#     most two tiles of FP32 partials to the traffic.
 #   * raster groups of W8A8_PROMOTE_RASTER_GROUP M tiles (CTAs running together share weight tiles).
 W8A8_PROMOTE_DECODE_MAX_M = 16
 W8A8_PROMOTE_MIDDLE_MAX_M = 64
 W8A8_PROMOTE_STREAMK_CTAS_PER_SM = 2
+W8A8_PROMOTE_STREAMK_WAVES = 2
 W8A8_PROMOTE_RASTER_GROUP = 8
 
 
@@ -153,7 +156,7 @@ def w8a8_promote_choice(m: int, n: int, k: int, block_size: int, scheme: str, ou
     spec = w8a8_promote_spec(config, arch, scheme, output)
     tiles_m = -(-m // spec.tile[0])
     tiles = tiles_m * -(-n // spec.tile[1])
-    streamk = W8A8_PROMOTE_STREAMK_CTAS_PER_SM if tiles < sm_count else 0
+    streamk = W8A8_PROMOTE_STREAMK_CTAS_PER_SM if tiles < W8A8_PROMOTE_STREAMK_WAVES * sm_count else 0
     return W8A8PromoteChoice(spec, streamk, min(W8A8_PROMOTE_RASTER_GROUP, tiles_m))
 
 # --- FP8 blockwise (sm90) ----------------------------------------------------------------------

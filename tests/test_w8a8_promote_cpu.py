@@ -107,10 +107,12 @@ def test_catalog_covers_the_heuristic(arch, schemes_outputs):
 
 @pytest.mark.parametrize("m, n, arch, tile, ctas_per_sm, raster_group", [
     (1, 4096, 80, (16, 128, 64), 2, 1),        # 32 tiles for 132 SMs: stream-K
-    (16, 28672, 80, (16, 128, 64), 0, 1),      # 224 tiles fill the GPU
+    (16, 28672, 80, (16, 128, 64), 2, 1),      # 224 tiles: a part-empty second wave
+    (16, 36864, 80, (16, 128, 64), 0, 1),      # 288 tiles: two waves or more
     (17, 4096, 80, (64, 128, 64), 2, 1),
-    (64, 28672, 80, (64, 128, 64), 0, 1),
+    (64, 36864, 80, (64, 128, 64), 0, 1),
     (65, 4096, 80, (128, 128, 64), 2, 1),
+    (256, 16384, 80, (128, 128, 64), 2, 2),    # 256 tiles
     (4096, 4096, 80, (128, 128, 64), 0, 8),
     (17, 4096, 75, (128, 128, 64), 2, 1),      # no middle tile on Turing
     (1, 4096, 75, (16, 128, 64), 2, 1),

@@ -414,11 +414,15 @@ class W8A8GemmPlan:
             kernel, launch, choice, ctas = cached(self._per_m, m, lambda: self._prepare_promote(m, None))
         else:
             kernel, launch, choice, ctas = self._prepare_promote(m, choice)
-        counters = zeroed_workspace(launch.workspace_bytes, self.device)
-        partial = None
-        if counters is not None:
+        partial = counters = 0
+        if launch.workspace_bytes:
+            # One allocation of this call: the FP32 partials of two tiles per CTA, then the tile
+            # counters (zeroed; the partials need no clearing).
             tile_m, tile_n = choice.spec.tile[:2]
-            partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
+            partial_bytes = launch.grid[0] * 2 * tile_m * tile_n * 4
+            split = torch.empty(partial_bytes + launch.workspace_bytes, dtype=torch.uint8, device=self.device)
+            split[partial_bytes:].zero_()
+            partial, counters = split.data_ptr(), split.data_ptr() + partial_bytes
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._problem
@@ -426,10 +430,9 @@ class W8A8GemmPlan:
             p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
             if xq.offset is not None:
                 p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9] = partial.data_ptr() if partial is not None else None
+            p.ptr[9] = partial or None
             p.ptr[10] = out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream,
-                          counters.data_ptr() if counters is not None else 0, self._call)
+            kernel.launch(p, launch, self._device_index, stream, counters, self._call)
 
     def _fill_promote(self, p: QgemmProblem, m: int, choice, ctas: int):
         p.m = m

@@ -24,8 +24,8 @@
 // of the warp tile (lane = 4 g + j).
 //
 // Exact conversion: |P_i| <= 256 * 128 * 128 = 2^22, so float(P) = as_float(P + 0x4B400000) -
-// 12582912 (1.5 * 2^23: P lands in the mantissa) is exact, an integer add and a float add instead
-// of I2F, which issues at a quarter of the FP32 rate.
+// 12582912 (1.5 * 2^23: P lands in the mantissa) is exact: an integer add and a float subtract
+// instead of an I2F, which issues at a quarter of the FP32 rate (sm80) or less.
 //
 // Work split (stream-K): the work is the sequence of (output tile, K unit) iterations, a K unit
 // being max(block_size, kTileK) of K, so every split falls on a block boundary: a CTA's int32

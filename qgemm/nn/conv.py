@@ -71,7 +71,7 @@ class QuantConv2d(QuantModule):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         _checks.one_of("layout", layout, LAYOUTS)
         # Checks the calibration values and the activation (weight_scale is checked once loaded).
-        ConvInt8Quant(input_scale, input_zero, torch.ones(1), output_scale, output_zero, activation)
+        ConvInt8Quant(input_scale, input_zero, torch.ones(1, device="cpu"), output_scale, output_zero, activation)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.activation, self.layout, self.float_output = activation, layout, float_output
         kh, kw = self.kernel_size
@@ -125,7 +125,7 @@ class QuantConv2d(QuantModule):
 
     def set_calibration(self, input_scale: float, input_zero: int, output_scale: float, output_zero: int):
         """New input/output scales and zero points (checked as ConvInt8Quant checks them)."""
-        ConvInt8Quant(input_scale, input_zero, torch.ones(1), output_scale, output_zero, self.activation)
+        ConvInt8Quant(input_scale, input_zero, torch.ones(1, device="cpu"), output_scale, output_zero, self.activation)
         self.input_scale.fill_(float(input_scale))
         self.input_zero.fill_(input_zero)
         self.output_scale.fill_(float(output_scale))

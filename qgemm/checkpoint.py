@@ -253,7 +253,7 @@ def build_layer(prefix: str, scheme: LinearScheme, tensors: dict, used: set, dev
     """The qgemm module of one quantized layer from its checkpoint tensors (moved to `device` first)."""
     def take(leaf, required=True):
         t = _take(tensors, used, prefix, leaf, required)
-        return None if t is None or device is None else t.to(device)
+        return t if t is None or device is None else t.to(device)
 
     bias = take("bias", False)
     if scheme.kind == "int":

@@ -4,7 +4,9 @@ on the CPU and on the meta device), dtype conversions that leave the quantized b
 lazy plans dropped on move and load, and argument errors."""
 from __future__ import annotations
 
+import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -331,6 +333,10 @@ def test_plans_are_lazy_and_dropped_on_move_and_load(fake_gpu):
     plan = module.plan(torch.float16)
     assert isinstance(plan, qgemm.FpAIntBPlan) and plan.weight.packed is module.qweight
     assert module.plan(torch.float16) is plan and module.plan(torch.bfloat16) is not plan
+    clone = copy.deepcopy(module)  # plans (locks, pointers) are not copied
+    assert clone._plans == {} and len(module._plans) == 2 and torch.equal(clone.qweight, module.qweight)
+    restored = pickle.loads(pickle.dumps(module))
+    assert restored._plans == {} and torch.equal(restored(x), module(x))
     module.to("cpu")
     assert module._plans == {}
     module.plan(torch.float16)

@@ -83,6 +83,13 @@ class QuantModule(nn.Module):
                                       error_msgs)
         self._plans.clear()
 
+    def __getstate__(self):
+        # Plans hold locks, ctypes buffers and raw pointers: a copy (deepcopy, pickle) makes its own.
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state)
+        state["_plans"] = {}
+        return state
+
     @property
     def device(self) -> torch.device:
         for buf in self._buffers.values():

@@ -279,7 +279,8 @@ def test_load_state_dict_rejects_other_shapes():
 
 @pytest.mark.parametrize("convert, act", [(lambda m: m.half(), torch.float16), (lambda m: m.bfloat16(), torch.bfloat16),
                                           (lambda m: m.to(torch.float16), torch.float16),
-                                          (lambda m: m.float(), None), (lambda m: m.to("cpu"), None)])
+                                          (lambda m: m.float(), None), (lambda m: m.double(), None),
+                                          (lambda m: m.to("cpu"), None)])
 def test_conversions_keep_quantized_dtypes(convert, act):
     for name, (module, x) in modules().items():
         before = {k: v.dtype for k, v in module.state_dict().items()}

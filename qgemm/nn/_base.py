@@ -55,19 +55,24 @@ class QuantModule(nn.Module):
         if recurse:
             for module in self.children():
                 module._apply(fn)
-        # What this conversion does to a floating-point tensor: float64 stays float64 unless the
-        # conversion names a dtype (.half() -> float16, .float() -> float32).
-        probe = fn(torch.empty(0, dtype=torch.float64))
-        if probe.dtype != torch.float64 and probe.dtype in FLOAT_DTYPES:
-            self.act_dtype = probe.dtype if probe.dtype != torch.float32 else None
+        # What this conversion does to floating-point tensors: a dtype conversion (.half(), .float(),
+        # .double(), .to(dtype)) changes the dtype of one of two probes, a move changes neither.
+        p64 = fn(torch.empty(0, dtype=torch.float64))
+        p32 = fn(torch.empty(0, dtype=torch.float32))
+        target = p32.dtype if p32.dtype != torch.float32 else p64.dtype if p64.dtype != torch.float64 else None
+        if target in FLOAT_DTYPES:
+            self.act_dtype = target if target in (torch.float16, torch.bfloat16) else None
         for name, buf in self._buffers.items():
             if buf is None:
                 continue
-            moved = fn(buf)
-            if name not in self._FLOAT_BUFFERS and moved.dtype != buf.dtype:
-                # A dtype conversion of a quantized tensor: keep the dtype, take the device only.
-                moved = buf.to(device=moved.device)
-            self._buffers[name] = moved
+            follows = name in self._FLOAT_BUFFERS and target != torch.float64  # the kernels take no float64 bias
+            if target is not None and buf.is_floating_point() and not follows:
+                # A dtype conversion of a quantized tensor: take the device only (learned from an
+                # empty tensor, so that no converted copy of a large weight is made and thrown away).
+                device = fn(torch.empty(0, dtype=buf.dtype, device=buf.device)).device
+                self._buffers[name] = buf.to(device)
+            else:
+                self._buffers[name] = fn(buf)
         for name, param in self._parameters.items():
             if param is not None:
                 raise TypeError(f"{type(self).__name__} holds no parameters, found {name!r}")

@@ -97,9 +97,7 @@ class QuantLinear(QuantModule):
         self.register_buffer("qweight", torch.zeros(lay.packed_shape(k, n), dtype=torch.uint8, device=device))
         self.register_buffer("scales", torch.zeros(groups, n, dtype=scale_dtype, device=device))
         self.register_buffer("qzeros", torch.zeros(groups, n, dtype=torch.uint8, device=device) if zero_point else None)
-        g_idx = None
-        if act_order:
-            g_idx = (torch.arange(k, dtype=torch.int32, device="cpu") // group_size).to(device or "cpu")
+        g_idx = torch.arange(k, dtype=torch.int32, device=device) // group_size if act_order else None
         self.register_buffer("g_idx", g_idx)
         self.register_buffer("bias", torch.zeros(n, dtype=bias_dtype or scale_dtype, device=device) if bias else None)
 

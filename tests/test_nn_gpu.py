@@ -202,3 +202,32 @@ def test_quantize_model_on_gpu():
         assert cos > min_cos, (config, cos)
         reference = copy.deepcopy(quantized).cpu()(x.cpu())
         assert rel_err(y, reference) < 1e-2, config
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_torch_compile_fullgraph(mode):
+    """Each module is one qgemm::module_forward op under torch.compile (qgemm/nn/_ops.py): inductor,
+    fullgraph, and CUDA graphs with mode="reduce-overhead"; outputs equal eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.SiLU(), torch.nn.Linear(2048, 1024)).cuda().half()
+    configs = [qgemm.Int4WeightOnlyConfig(), qgemm.Int8WeightOnlyConfig()]
+    if SM90:
+        configs += [qgemm.W8A8BlockConfig(), qgemm.Fp8BlockwiseConfig()]
+    for config in configs:
+        quantized = copy.deepcopy(model)
+        qgemm.quantize_(quantized, config)
+        torch._dynamo.reset()
+        compiled = torch.compile(quantized, fullgraph=True, mode=mode)
+        for m in (1, 16, 1):
+            x = randn(m, 1024, dtype=torch.float16, seed=m)
+            expected = quantized(x)
+            for _ in range(3):  # warm-up, recording, replay under reduce-overhead
+                y = compiled(x)
+            assert torch.equal(y, expected), (config, m)
+    conv = IntWeightConv2d.from_float(torch.nn.Conv2d(64, 32, 3, padding=1), 4, 32).cuda()
+    x = randn(2, 64, 12, 10, dtype=torch.float16, seed=3)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, fullgraph=True, mode=mode)
+    for _ in range(3):
+        y = compiled(x)
+    assert torch.equal(y, conv(x))

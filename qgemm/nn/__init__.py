@@ -3,6 +3,7 @@ nn.Conv2d: their quantized tensors are buffers (state_dict round-trips), they mo
 like torch modules without touching the quantized dtypes, they can be built on the CPU or the
 meta device, and they make their kernel plans on the first forward on a GPU (qgemm/nn/_base.py).
 On the CPU they run a float64 reference of the same quantized math."""
+from . import _ops  # registers qgemm::module_forward
 from ._base import QuantModule
 from .conv import IntWeightConv2d, QuantConv2d
 from .linear import Fp8Linear, QuantLinear, W8A8Linear

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._ops import handle_of
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -48,6 +50,7 @@ class QuantModule(nn.Module):
         super().__init__()
         self.act_dtype: torch.dtype | None = None
         self._plans: dict = {}
+        handle_of(self)  # the name torch.compile's op knows this module by (qgemm/nn/_ops.py)
 
     # --- buffers ----------------------------------------------------------------------------
 
@@ -93,7 +96,12 @@ class QuantModule(nn.Module):
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         state = dict(state)
         state["_plans"] = {}
+        state.pop("_qgemm_handle", None)  # a copy is another module: it registers itself
         return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        handle_of(self)
 
     @property
     def device(self) -> torch.device:
@@ -130,6 +138,20 @@ class QuantModule(nn.Module):
         return x.device.type == "cuda"
 
     def forward(self, x, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            # torch.compile / torch.export: one opaque op (qgemm/nn/_ops.py) whose fake
+            # implementation is _fake_forward.
+            layout = kwargs.get("layout", args[0] if args else None) or getattr(self, "layout", "")
+            return torch.ops.qgemm.module_forward(x, self._qgemm_handle, layout if self._takes_layout else "")
+        return self._eager_forward(x, *args, **kwargs)
+
+    _takes_layout = False  # the convolutions' forward takes layout=
+
+    def _fake_forward(self, x, *args, **kwargs):
+        """The output's shape, dtype and strides for x (an empty tensor on x's device)."""
+        raise NotImplementedError
+
+    def _eager_forward(self, x, *args, **kwargs):
         self._check_materialized()
         if isinstance(x, torch.Tensor) and not self._uses_kernels(x):
             if x.device != self.device:

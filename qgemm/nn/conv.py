@@ -37,6 +37,17 @@ def check_conv(conv, need_cuda: bool = False):
         _checks.cuda_device("conv.weight", conv.weight)
 
 
+def _fake_conv_output(module, x: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """An empty output as the kernels return it: NHWC memory, an [N, Co, Ho, Wo] channels_last view for nchw."""
+    _checks.one_of("layout", layout, LAYOUTS)
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D, got shape {tuple(x.shape)}")
+    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "nchw" else x.shape[:3]
+    ho, wo = conv_quant.output_hw((h, w), module.kernel_size, module.stride, module.padding, module.dilation)
+    out = x.new_empty((n, ho, wo, module.out_channels), dtype=dtype)
+    return out.permute(0, 3, 1, 2) if layout == "nchw" else out
+
+
 def _geometry(kernel_size, stride, padding, dilation):
     return (_pair("kernel_size", kernel_size, 1), _pair("stride", stride, 1), _pair("padding", padding, 0),
             _pair("dilation", dilation, 1))
@@ -131,6 +142,12 @@ class QuantConv2d(QuantModule):
         self.output_scale.fill_(float(output_scale))
         self.output_zero.fill_(output_zero)
         self._plans.clear()
+
+    _takes_layout = True
+
+    def _fake_forward(self, x: torch.Tensor, layout: str | None = None) -> torch.Tensor:
+        float_out = x.is_floating_point() and self.float_output
+        return _fake_conv_output(self, x, layout or self.layout, x.dtype if float_out else torch.int8)
 
     def _make_plan(self) -> ConvInt8Plan:
         return ConvInt8Plan(self.weight, self.quant, bias=self.bias, stride=self.stride, padding=self.padding,
@@ -259,6 +276,11 @@ class IntWeightConv2d(QuantModule):
         if x.dtype in ACT_DTYPES:
             return x.dtype
         return self.act_dtype if self.act_dtype in ACT_DTYPES else torch.float16
+
+    _takes_layout = True
+
+    def _fake_forward(self, x: torch.Tensor, layout: str | None = None) -> torch.Tensor:
+        return _fake_conv_output(self, x, layout or self.layout, x.dtype)
 
     def _make_plan(self, act_dtype: torch.dtype) -> FpAIntBConvPlan:
         return FpAIntBConvPlan(self.int_weight(), act_dtype=act_dtype, bias=self.bias, activation=self.activation,

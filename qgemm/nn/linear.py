@@ -202,6 +202,10 @@ class QuantLinear(QuantModule):
     def _make_plan(self, act_dtype: torch.dtype) -> FpAIntBPlan:
         return FpAIntBPlan(self.int_weight(), act_dtype=act_dtype, bias=self.bias, activation=self.activation)
 
+    def _fake_forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_x(x)
+        return x.new_empty(*x.shape[:-1], self.out_features)
+
     def _forward_impl(self, x: torch.Tensor) -> torch.Tensor:
         self._check_x(x)
         lead, x2 = _lead(x, self.in_features)
@@ -306,6 +310,10 @@ class Fp8Linear(QuantModule):
         if x.dtype in (torch.bfloat16, torch.float16):
             return x.dtype
         return self.act_dtype if self.act_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+
+    def _fake_forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.in_features)
+        return x.new_empty(*x.shape[:-1], self.out_features, dtype=self._out_dtype(x))
 
     def _make_plan(self, out_dtype: torch.dtype) -> Fp8GemmPlan:
         return Fp8GemmPlan(Fp8Weight(self.weight, self.weight_scale_inv), bias=self.bias, out_dtype=out_dtype)
@@ -434,6 +442,10 @@ class W8A8Linear(QuantModule):
 
     def _out_dtype(self, x: torch.Tensor) -> torch.dtype:
         return self.out_dtype or x.dtype
+
+    def _fake_forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.in_features)
+        return x.new_empty(*x.shape[:-1], self.out_features, dtype=self._out_dtype(x))
 
     def _make_plan(self, out_dtype: torch.dtype) -> W8A8GemmPlan:
         return W8A8GemmPlan(self.weight_tensors(), bias=self.bias, activation=self.activation, out_dtype=out_dtype)

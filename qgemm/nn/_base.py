@@ -17,7 +17,8 @@ lazily per device, and the split between the kernel path and the CPU reference p
 * Paths. forward() runs the kernels for CUDA inputs (`_forward_impl`, the seam a torch.compile
   custom op will call) and, for CPU inputs, the reference path: the same quantized math in float64
   from the buffers (what the tests compare the kernels with, and what lets a quantized model run
-  without a GPU, slowly).
+  without a GPU, slowly). Under torch.compile / torch.export, forward is instead one custom op,
+  qgemm::module_forward (qgemm/nn/_ops.py), with `_fake_forward` as its fake implementation.
 """
 from __future__ import annotations
 

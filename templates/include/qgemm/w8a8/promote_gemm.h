@@ -19,13 +19,15 @@
 // (int8 pairs read as b16: the m16n8k32 s8 fragments have the m16n8k16 f16 ones' byte layout)
 // and runs m16n8k32 s8 MMAs into int32 accumulators (Sm75: four m8n8k16 per m16n8k32). When a
 // K-block ends, each thread promotes its int32 fragment elements into its FP32 accumulators with
-// the block's vectors from shared memory, then zeroes the int32 ones. Fragment element e of the
+// the block's vectors from shared memory, then restarts the int32 ones. Fragment element e of the
 // (m tile mt, n tile nt) accumulator sits at row 16 mt + g + 8 (e / 2), column 8 nt + 2 j + e % 2
 // of the warp tile (lane = 4 g + j).
 //
 // Exact conversion: |P_i| <= 256 * 128 * 128 = 2^22, so float(P) = as_float(P + 0x4B400000) -
-// 12582912 (1.5 * 2^23: P lands in the mantissa) is exact: an integer add and a float subtract
-// instead of an I2F, which issues at a quarter of the FP32 rate (sm80) or less.
+// 12582912 (1.5 * 2^23: P lands in the mantissa) is exact. The int32 accumulators start each block
+// at 0x4B400000 instead of 0 (the MMAs add P to it, exactly: no int32 overflow), so the conversion
+// is one float subtract: no I2F, which issues at a quarter of the FP32 rate (sm80) or less, and no
+// integer add.
 //
 // Work split (stream-K): the work is the sequence of (output tile, K unit) iterations, a K unit
 // being max(block_size, kTileK) of K, so every split falls on a block boundary: a CTA's int32
@@ -50,10 +52,12 @@ namespace promote_detail {
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// float(p), exact for |p| <= 2^22 (see the header comment).
-__device__ __forceinline__ float exact_float(int p) {
-  return __int_as_float(p + 0x4B400000) - 12582912.f;
-}
+// The int32 accumulators of a block start at kBlockBias: as a float, 1.5 * 2^23 (12582912), with
+// the block's product P (|P| <= 2^22) added in the mantissa.
+constexpr int kBlockBias = 0x4B400000;
+
+// P from an accumulator that started at kBlockBias: exact.
+__device__ __forceinline__ float block_product(int biased) { return __int_as_float(biased) - 12582912.f; }
 
 // Epilogue activations (a run-time choice: they touch each output once).
 enum Activation : int { kClamp = 0, kSilu = 1 };
@@ -290,7 +294,7 @@ struct PromoteGemm {
   };
 
   // ---- promotion of one K-block ----------------------------------------------------------------
-  // The block's vectors sit in slot `slot` of the stage; the int32 accumulators are zeroed after.
+  // The block's vectors sit in slot `slot` of the stage; the int32 accumulators restart at kBlockBias.
   static __device__ __forceinline__ void promote(char const* stage, int slot, int warp_m, int warp_n,
                                                  int (&block)[kMTiles][kNTiles][4], float (&acc)[kMTiles][kNTiles][4]) {
     int const lane = threadIdx.x % 32, g = lane / 4, j = lane % 4;
@@ -323,11 +327,11 @@ struct PromoteGemm {
             int const h = e / 2;
             float const swe = e % 2 ? sw.y : sw.x, owe = e % 2 ? ow.y : ow.x, ve = e % 2 ? v.y : v.x;
             float a = acc[mt][nt][e];
-            a = fmaf(sx[mt][h] * swe, promote_detail::exact_float(block[mt][nt][e]), a);
+            a = fmaf(sx[mt][h] * swe, promote_detail::block_product(block[mt][nt][e]), a);
             a = fmaf(u[mt][h], owe, a);
             a = fmaf(ox[mt][h], ve, a);
             acc[mt][nt][e] = a;
-            block[mt][nt][e] = 0;
+            block[mt][nt][e] = promote_detail::kBlockBias;
           }
         }
       }
@@ -346,8 +350,8 @@ struct PromoteGemm {
         for (int nt = 0; nt < kNTiles; ++nt) {
           CUTLASS_PRAGMA_UNROLL
           for (int e = 0; e < 4; ++e) {
-            acc[mt][nt][e] = fmaf(s[mt][e / 2], promote_detail::exact_float(block[mt][nt][e]), acc[mt][nt][e]);
-            block[mt][nt][e] = 0;
+            acc[mt][nt][e] = fmaf(s[mt][e / 2], promote_detail::block_product(block[mt][nt][e]), acc[mt][nt][e]);
+            block[mt][nt][e] = promote_detail::kBlockBias;
           }
         }
       }
@@ -407,7 +411,7 @@ struct PromoteGemm {
       CUTLASS_PRAGMA_UNROLL
       for (int nt = 0; nt < kNTiles; ++nt) {
         CUTLASS_PRAGMA_UNROLL
-        for (int e = 0; e < 4; ++e) block[mt][nt][e] = 0;
+        for (int e = 0; e < 4; ++e) block[mt][nt][e] = promote_detail::kBlockBias;
       }
     }
     if constexpr (kAsync) {

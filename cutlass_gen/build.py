@@ -412,6 +412,10 @@ def build(spec: KernelSpec, target_sm: int, root: Path | None = None,
         cached = _read_artifact(final)
         if cached is not None:
             return cached
+        # Holding the lock, no one else is building this key: a build folder left here is from a builder
+        # that was killed outright (SIGKILL, power loss), whose nvcc may have written into it afterwards.
+        for leftover in kernel_dir.glob(f".{key}-build-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         if final.exists():  # damaged: move it out of the way (atomically), then delete it
             trash = kernel_dir / f".{key}-damaged-{os.getpid()}-{threading.get_ident()}"
             os.rename(final, trash)

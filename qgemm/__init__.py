@@ -17,6 +17,7 @@ from .conv import ConvInt8Plan, conv2d_int8
 from .conv_quant import ConvInt8Quant
 from .conv_fpaintb import FpAIntBConvPlan, IntConvWeight, conv2d_fpaintb
 from . import nn, reference, wq_format
+from .prebuild import prebuild
 
 __all__ = [
     "ConvInt8Plan",
@@ -40,6 +41,7 @@ __all__ = [
     "fp8_linear",
     "fpaintb_linear",
     "nn",
+    "prebuild",
     "quantize_activations_fp8",
     "quantize_activations",
     "w8a8_linear",

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from .catalog import catalog, families
-from .paths import TemplatesNotFoundError, generated_dir
+from .paths import TemplatesNotFoundError, generated_dir, templates_dir
 from .render import render
 from .specs import SUPPORTED_TARGETS, KernelSpec
 
@@ -89,6 +89,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_render(args) -> int:
+    templates_dir()  # missing templates: say so before anything else
     out = Path(args.out) if args.out else generated_dir()
     out.mkdir(parents=True, exist_ok=True)
     expected = _expected_generated()
@@ -104,6 +105,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_check(args) -> int:
+    templates_dir()
     out = Path(args.out) if args.out else generated_dir()
     expected = _expected_generated()
     problems = []

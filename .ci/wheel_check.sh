@@ -5,12 +5,16 @@
 # nvcc hidden. ~2 minutes, most of it installing torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SRC="$PWD"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 PY="${PYTHON:-python3}"
-"$PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$SRC"
+# From a clean copy: building in the checkout would leave build/ there, whose stale files setuptools
+# would put into later wheels.
+mkdir "$WORK/src"
+tar -c --exclude=__pycache__ --exclude='*.egg-info' --exclude=_templates \
+    cutlass_gen qgemm templates tests pyproject.toml setup.py MANIFEST.in README.md | tar -x -C "$WORK/src"
+"$PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$WORK/src"
 WHEEL="$(ls "$WORK"/dist/qgemm-*.whl)"
 "$PY" - "$WHEEL" <<'PY'
 import sys, zipfile

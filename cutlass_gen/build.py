@@ -305,10 +305,6 @@ def find_artifact(spec: KernelSpec, target_sm: int, root: Path | None = None) ->
 
 # --- building -------------------------------------------------------------------------------------
 
-_running: set[subprocess.Popen] = set()
-_running_lock = threading.Lock()
-
-
 def _terminate(proc: subprocess.Popen) -> None:
     """Stop an nvcc and everything it started (cicc, ptxas, the host compiler): its process group."""
     if proc.poll() is not None:
@@ -333,8 +329,6 @@ def _run_nvcc(command: list[str], log_path: Path, cancel: threading.Event | None
         log.flush()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    with _running_lock:
-        _running.add(proc)
     try:
         while True:
             try:
@@ -346,9 +340,6 @@ def _run_nvcc(command: list[str], log_path: Path, cancel: threading.Event | None
     except BaseException:
         _terminate(proc)
         raise
-    finally:
-        with _running_lock:
-            _running.discard(proc)
 
 
 @contextlib.contextmanager

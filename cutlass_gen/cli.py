@@ -171,6 +171,10 @@ def _cache_selection(args):
     return entries, selected, filtered
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
 def cmd_cache(args) -> int:
     from .build import cache_root, check_cache_safe, clean_cache
 
@@ -195,7 +199,7 @@ def cmd_cache(args) -> int:
         for e in selected:
             meta = e.meta or {}
             status = "ok" if e.status == "ok" else f"DAMAGED ({e.status})"
-            print(f"sm{e.target_sm}  {e.name}  {e.directory.name}  {e.bytes / 1e6:.1f} MB  "
+            print(f"sm{e.target_sm}  {e.name}  {e.directory.name}  {_size(e.bytes)}  "
                   f"{meta.get('built_at', '-')}  {status}")
         damaged = sum(e.status != "ok" for e in selected)
         logger.info("%d kernel builds in %s%s", len(selected), args.root,
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return args.func(args)
         except (BuildError, ToolchainError, TemplatesNotFoundError, UnsafeCacheError, TargetDetectionError,
-                ValueError) as e:
+                ValueError, OSError) as e:
             logger.error("qgemm %s: %s", args.command, e)
             return EXIT_FAILURE
         except ImportError as e:

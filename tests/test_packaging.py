@@ -35,8 +35,15 @@ def template_files() -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.suffix in TEMPLATE_SUFFIXES}
 
 
+def clean_env() -> dict:
+    """The environment without PYTHONPATH: a checkout on the path would make pip and the venv see the
+    checkout's qgemm instead of the wheel's."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QGEMM_TEMPLATES", "QGEMM_NVCC")}
+
+
 def run(command, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("timeout", 300)
+    kwargs.setdefault("env", clean_env())
     proc = subprocess.run(command, capture_output=True, text=True, **kwargs)
     assert proc.returncode == 0, f"{command}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -107,16 +114,19 @@ def venv(wheel, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("venv") / "v"
     run([sys.executable, "-m", "venv", "--without-pip", str(root)])
     python = root / "bin" / "python"
-    purelib = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (purelib / "zz_qgemm_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    # The wheel first, into a venv that sees nothing else: pip must not find (and skip, or worse,
+    # uninstall) a qgemm installed in the dependencies' site-packages.
     run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
          str(wheel)])
+    purelib = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    assert (purelib / "cutlass_gen" / "_templates").is_dir()
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (purelib / "zz_qgemm_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
     return root
 
 
 def venv_env(tmp_path, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QGEMM_TEMPLATES", "QGEMM_NVCC")}
+    env = clean_env()
     env.update(QGEMM_CACHE_DIR=str(tmp_path / "cache"), **extra)
     return env
 

@@ -396,3 +396,61 @@ def test_cache_list_and_clean(tmp_cache, fake_nvcc, capsys):
     assert cache_entries(tmp_cache) == [] and foreign.read_text() == "mine"
     assert sorted(p.name for p in tmp_cache.iterdir()) == ["notes.txt"]
     assert cli.main(["cache", "clean", "--sm", "75"]) == 1
+
+
+# --- qgemm.prebuild ---------------------------------------------------------------------------------------
+
+def test_prebuild_specs_families_plans_and_modules(tmp_cache, fake_nvcc):
+    import dataclasses
+
+    import torch
+
+    import qgemm
+
+    @dataclasses.dataclass(frozen=True)
+    class Choice:  # the shape of heuristics' choices: a spec plus knobs
+        spec: object
+        splits: int = 0
+
+    class SpecPlan:  # W8A8GemmPlan's interface
+        def kernel_spec(self, m):
+            return ActQuantSpec("f16" if m < 64 else "bf16")
+
+    class ChoicePlan:  # Fp8GemmPlan's / FpAIntBPlan's interface
+        def choice(self, m):
+            return Choice(ActQuantSpec("f32", symmetric=True))
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._plans = {torch.float16: ChoicePlan()}
+
+    lines = []
+    arts = qgemm.prebuild([SPEC, SpecPlan(), torch.nn.Sequential(Layer())], 75, m_values=(1, 128),
+                          progress=lines.append)
+    assert sorted(a.name for a in arts) == sorted(s.name for s in [
+        SPEC, ActQuantSpec("f16"), ActQuantSpec("bf16"), ActQuantSpec("f32", symmetric=True)])
+    assert len(fake_compiles(fake_nvcc)) == 4 and lines[-1].startswith("built 4/4 kernels for sm75")
+
+    arts = qgemm.prebuild("act_quant", 75, progress=lines.append)  # a family: its catalog
+    assert len(arts) == 6 and len(fake_compiles(fake_nvcc)) == 6  # 4 were built already
+
+
+def test_prebuild_rejects_bad_arguments(tmp_cache, monkeypatch):
+    import torch
+
+    import qgemm
+
+    with pytest.raises(TypeError, match="kernels: each item must be a KernelSpec"):
+        qgemm.prebuild([object()], 75)
+    with pytest.raises(ValueError, match="kernels: unknown family 'nope'"):
+        qgemm.prebuild(["nope"], 75)
+    with pytest.raises(ValueError, match="target_sm must be 'auto' or one of"):
+        qgemm.prebuild([SPEC], 70)
+    with pytest.raises(ValueError, match="m_values must be positive ints"):
+        qgemm.prebuild([SPEC], 75, m_values=(0,))
+    from cutlass_gen.toolchain import TargetDetectionError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TargetDetectionError, match="no CUDA GPU is visible"):
+        qgemm.prebuild([SPEC])

@@ -185,6 +185,9 @@ def cmd_cache(args) -> int:
     if args.root.exists():
         check_cache_safe(args.root)
     entries, selected, filtered = _cache_selection(args)
+    if args.cache_command == "clean" and not filtered:  # everything, logs and manifests included
+        print(f"removed {clean_cache(args.root)} kernel builds from {args.root}")
+        return EXIT_OK
     if not selected:
         if filtered and entries:
             logger.error("qgemm cache %s: no cached kernels match %s in %s", args.cache_command,
@@ -206,8 +209,7 @@ def cmd_cache(args) -> int:
                     f", {damaged} damaged (rebuilt on next use; `qgemm cache clean --damaged` removes them)"
                     if damaged else "")
         return EXIT_OK
-    # clean
-    removed = clean_cache(args.root, None if not filtered else selected)
+    removed = clean_cache(args.root, selected)
     print(f"removed {removed} kernel builds from {args.root}")
     return EXIT_OK
 

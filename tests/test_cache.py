@@ -454,3 +454,13 @@ def test_prebuild_rejects_bad_arguments(tmp_cache, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(TargetDetectionError, match="no CUDA GPU is visible"):
         qgemm.prebuild([SPEC])
+
+
+def test_cache_clean_removes_logs_and_manifests_even_without_builds(tmp_cache, fake_nvcc, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "qgemm_act_quant")
+    with pytest.raises(BuildError):
+        build(SPEC, 75)
+    assert (tmp_cache / "logs").is_dir()
+    assert cli.main(["cache", "clean"]) == 0
+    assert "removed 0 kernel builds" in capsys.readouterr().out
+    assert list(tmp_cache.iterdir()) == []

@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import stat
@@ -100,12 +101,32 @@ def cache_root() -> Path:
 
 # --- keys -----------------------------------------------------------------------------------------
 
-def _hash_tree(root: Path) -> str:
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _hash_included_headers(source: str, root: Path) -> str:
+    """Hash of qgemm's own headers (under `root`) that `source` includes, directly or through
+    each other: a kernel's key changes with the headers it compiles, not with another family's
+    (CUTLASS's headers are covered by the CUTLASS version in build_key)."""
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+    seen: set[Path] = set()
+    pending = [(source, root)]
+    while pending:
+        text, here = pending.pop()
+        for name in _INCLUDE.findall(text):
+            for base in (here, root):
+                path = (base / name).resolve()
+                if path.is_file() and root.resolve() in path.parents:
+                    break
+            else:
+                continue  # not one of qgemm's headers
+            if path in seen:
+                continue
+            seen.add(path)
+            pending.append((path.read_text(), path.parent))
+    for path in sorted(seen):
+        h.update(str(path.relative_to(root.resolve())).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -115,7 +136,7 @@ def source_digest(rendered: RenderedKernel, target_sm: int, tc_flags: list[str])
     h.update(rendered.source.encode())
     # Include paths differ between machines; their content is hashed instead.
     h.update("\0".join(f for f in tc_flags if not f.startswith("-I")).encode())
-    h.update(_hash_tree(extensions_include_dir()).encode())
+    h.update(_hash_included_headers(rendered.source, extensions_include_dir()).encode())
     h.update(str(target_sm).encode())
     return h.hexdigest()
 

@@ -1,6 +1,7 @@
 """The CUDA driver calls qgemm makes, through cuda.bindings.driver, each checked."""
 from __future__ import annotations
 
+import ctypes
 import threading
 
 from .errors import CudaError, NoGpuError
@@ -89,13 +90,61 @@ def device_max_smem_optin(device: int) -> int:
     return int(check(cu.cuDeviceGetAttribute(attr, cu.CUdevice(device)), "cuDeviceGetAttribute"))
 
 
+class _LaunchAttribute(ctypes.Structure):
+    # CUlaunchAttribute: id, padding to 8 bytes, a 64-byte value union (clusterDim at its start).
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    # CUlaunchConfig (cuda.h; 56 bytes, hStream at 32, attrs at 40, numAttrs at 48).
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+_libcuda_launch = None
+
+
+def _raw_launch_kernel_ex():
+    """libcuda's cuLaunchKernelEx through ctypes: the per-call hot path. cuda.bindings' wrapper
+    costs several microseconds a call in argument conversion (diag_host_w8a8.py on the H100 host);
+    a ctypes call of a prebuilt config struct costs about one. None where libcuda can't be opened
+    this way (then cuda.bindings launches)."""
+    global _libcuda_launch
+    if _libcuda_launch is None:
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            _libcuda_launch = fn
+        except (OSError, AttributeError):
+            _libcuda_launch = False
+    return _libcuda_launch or None
+
+
 class Launcher:
-    """A reusable CUlaunchConfig for one kernel; `launch` is the per-call hot path."""
+    """A reusable launch configuration for one kernel; `launch` is the per-call hot path."""
 
     def __init__(self, kernel, block: tuple[int, int, int], cluster: tuple[int, int, int] = (1, 1, 1)):
         cu = driver()
         self._cu = cu
         self._kernel = kernel
+        self._raw = _raw_launch_kernel_ex()
+        if self._raw is not None:
+            self._handle = ctypes.c_void_p(int(kernel))  # a CUkernel stands for a CUfunction in launches
+            config = self._raw_config = _LaunchConfig()
+            self._raw_config_ref = ctypes.byref(config)
+            config.blockDimX, config.blockDimY, config.blockDimZ = block
+            config.numAttrs = 0
+            if tuple(cluster) != (1, 1, 1):
+                self._raw_attr = _LaunchAttribute()
+                self._raw_attr.id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                self._raw_attr.value[0], self._raw_attr.value[1], self._raw_attr.value[2] = cluster
+                config.attrs = ctypes.pointer(self._raw_attr)
+                config.numAttrs = 1
+            return
         self._config = cu.CUlaunchConfig()
         self._config.blockDimX, self._config.blockDimY, self._config.blockDimZ = block
         self._config.numAttrs = 0
@@ -108,6 +157,15 @@ class Launcher:
             self._config.numAttrs = 1
 
     def launch(self, grid, smem_bytes: int, stream: int, params_ptr_array: int):
+        if self._raw is not None:
+            config = self._raw_config
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
+            config.sharedMemBytes = smem_bytes
+            config.hStream = stream
+            err = self._raw(self._raw_config_ref, self._handle, params_ptr_array, None)
+            if err != 0:
+                _check(self._cu, self._cu.CUresult(err), "cuLaunchKernelEx")
+            return
         config = self._config
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.sharedMemBytes = smem_bytes

@@ -175,6 +175,7 @@ def quantize_rtn(weight: torch.Tensor, bits: int = 4, group_size: int = 128, sym
     n, k = weight.shape
     if k == 0 or n == 0:
         raise ValueError(f"weight must be non-empty [N, K], got shape {tuple(weight.shape)}")
+    _checks.finite("weight", weight)  # a NaN/Inf would turn its group's scale non-finite (README: NaN and Inf)
     if group_size == -1:
         group_size = k
     _check_group_size("group_size", group_size, k)

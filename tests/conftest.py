@@ -34,6 +34,22 @@ def tmp_cache(tmp_path, monkeypatch):
     return root
 
 
+# Opt-in suites (issue 18): fuzz and large run only when the -m expression names them (`-m fuzz`,
+# `-m "gpu and large"`); a plain `pytest` or `pytest -m gpu` skips them.
+OPT_IN_MARKERS = ("fuzz", "large")
+
+
+def pytest_collection_modifyitems(config, items):
+    expression = config.getoption("markexpr", "") or ""
+    for marker in OPT_IN_MARKERS:
+        if marker in expression:
+            continue
+        skip = pytest.mark.skip(reason=f"opt-in suite: run with -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
+
+
 FAKE_NVCC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvcc.py")
 
 

@@ -8,11 +8,12 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cu
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=$PWD/.qgemm-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-for f in ${FAMILIES:-act_quant w8a8_gemm w8a8_gemm_sm90}; do
-  timeout 400 python3 -m qgemm build --sm 90 -j 16 --family $f 2>&1 | tail -1
-done
+if [ -z "${SKIP_BUILD:-}" ]; then
+  timeout 420 python3 benchmarks/prebuild_w8a8.py -j 16 2>&1 | tail -3
+fi
 fb=$(ls .qgemm-cache/sm90/qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_128x128x128_c1x1_cooperative_persistent/*/kernel.fatbin | head -1)
 cuobjdump -sass "$fb" > "$OUT/sass_sym128.txt" 2>&1
+cuobjdump --dump-resource-usage "$fb" 2>&1 | grep -o "REG:[0-9]*.*STACK:[0-9]*" | head -2
 echo "SASS sym 128x128: $(grep -c HGMMA "$OUT/sass_sym128.txt") HGMMA/IGMMA lines: $(grep -cE 'IGMMA|HGMMA' "$OUT/sass_sym128.txt"), I2F: $(grep -c 'I2F\.' "$OUT/sass_sym128.txt"), I2FP: $(grep -c 'I2FP' "$OUT/sass_sym128.txt"), LDL/STL: $(grep -cE 'LDL|STL' "$OUT/sass_sym128.txt")"
 # -v and faulthandler_timeout: when the hard timeout kills pytest, the log names the running test
 # (and a test stuck for 60 s dumps its Python stack).
@@ -36,4 +37,7 @@ fi
 if [ -n "${BENCH_ARGS+x}" ]; then
   timeout -s KILL ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_w8a8.py --json "$OUT/bench_w8a8.json" $BENCH_ARGS > "$OUT/bench_w8a8.log" 2>&1
   tail -n 40 "$OUT/bench_w8a8.log"
+fi
+if [ -n "${SAVE_CACHE:-}" ]; then  # bring the built kernels back, to carry next time
+  tar -C .qgemm-cache -czf "$OUT/qgemm-cache.tgz" . && ls -la "$OUT/qgemm-cache.tgz"
 fi

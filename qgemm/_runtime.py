@@ -114,7 +114,7 @@ class CallBuffers:
         self._launchers: dict[tuple[str, int], _driver.Launcher] = {}
 
     def launcher_for(self, kernel: Kernel, handle, launch: QgemmLaunch) -> _driver.Launcher:
-        key = (kernel.name, id(handle))
+        key = (id(kernel), id(handle))  # not kernel.name: a property built per call
         launcher = self._launchers.get(key)
         if launcher is None:
             launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]),

@@ -17,9 +17,6 @@ from cutlass_gen.specs import Fp8ActQuantSpec
 from qgemm import _checks, conv_quant, fp8, fpaintb, reference, w8a8
 
 INT32_LIMIT = 2**31 - 1
-W8A8_PENDING = ("needs the coordinator's qgemm/w8a8.py change (finite weight checks and M/N/K index limits; "
-                "see the report of branch wip/rel)")
-
 
 # --- _checks.finite and _checks.index_limit -------------------------------------------------------
 
@@ -129,13 +126,11 @@ def test_fp8_deepseek_weight_nan_code_refused():
 
 
 @pytest.mark.parametrize("scheme", ["asymmetric", "symmetric"])
-@pytest.mark.xfail(strict=True, reason=W8A8_PENDING)
 def test_w8a8_weight_quantizer_refuses_non_finite(scheme):
     with pytest.raises(ValueError, match="weight holds 1 NaN/Inf"):
         qgemm.W8A8Weight.from_float(_with(float("nan"), (16, 128)), 64, scheme=scheme)
 
 
-@pytest.mark.xfail(strict=True, reason=W8A8_PENDING)
 def test_w8a8_block_int8_checkpoint_refuses_non_finite_scales():
     with pytest.raises(ValueError, match="weight_scale_inv holds 1 NaN/Inf"):
         qgemm.W8A8Weight.from_block_int8(torch.zeros(128, 256, dtype=torch.int8), _with(float("inf"), (1, 2)))
@@ -204,7 +199,6 @@ def test_fpaintb_rejects_m_past_int32(fake_gpu):
         plan(_rows(2**31, 128, torch.float16))
 
 
-@pytest.mark.xfail(strict=True, reason=W8A8_PENDING)
 def test_w8a8_rejects_m_past_int32(fake_gpu):
     plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(torch.randn(16, 128), 64), launch_mode="chained")
     with pytest.raises(ValueError, match=r"x\.shape\[0\] \(M\) is 2147483648"):

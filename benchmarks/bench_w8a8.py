@@ -219,6 +219,7 @@ def main():
     ap.add_argument("--nk", action="append", metavar="NxK", help="only these (N, K) shapes, e.g. 8192x28672")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     ap.add_argument("--sweep", action="store_true", help="also time every Sm90 catalog kernel per M")
+    ap.add_argument("--sweep-m", action="append", type=int, help="sweep only these M (default: the benchmark's)")
     ap.add_argument("--sweep-promote", action="store_true", help="also time every promote (Sm80) catalog kernel per M")
     ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
     args = ap.parse_args()
@@ -234,10 +235,10 @@ def main():
             rows += run_shape(n, k, ms, bw, block32=True)
     if args.sweep:
         for n, k in shapes:
-            sweep += sweep_shape(n, k, ms)
+            sweep += sweep_shape(n, k, args.sweep_m or ms)
     if args.sweep_promote:
         for n, k in shapes:
-            sweep += sweep_promote_shape(n, k, ms)
+            sweep += sweep_promote_shape(n, k, args.sweep_m or ms)
     result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
               "host_overhead_us_per_gemm_call": overhead, "rows": rows, "sweep": sweep}
     with open(args.json, "w") as f:

@@ -29,6 +29,7 @@ from .quantize import (
     quantize_,
 )
 from .checkpoint import CheckpointError, load_quantized
+from .prebuild import prebuild
 
 __all__ = [
     "ConvInt8Plan",
@@ -52,6 +53,7 @@ __all__ = [
     "fp8_linear",
     "fpaintb_linear",
     "nn",
+    "prebuild",
     "quantize_activations_fp8",
     "quantize_activations",
     "w8a8_linear",

@@ -195,7 +195,7 @@ def w8a8_promote_choice(m: int, n: int, k: int, block_size: int, scheme: str, ou
 FP8_SWAP_TILES_N = (16, 32, 64)
 FP8_NARROW_WEIGHT = 4096
 FP8_SHORT_K = 512
-RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N = 0, 1, 2
+RASTER_HEURISTIC, RASTER_ALONG_M = 0, 1  # ext[0] of the FP8 kernels; 2 (along N) is never chosen
 
 
 @dataclass(frozen=True)

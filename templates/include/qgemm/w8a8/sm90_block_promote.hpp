@@ -419,11 +419,15 @@ struct Sm90BlockPromoteMma {
     }
   }
 
-  // Consumer warp groups. A promotion unit is one block's WGMMAs (or one stage's share of a block
-  // longer than a stage) into an int32 temporary, then its promotion into `accum` (FP32). Two
-  // temporaries alternate: unit u+1's WGMMAs are issued before unit u is promoted, so the tensor
-  // cores run the next block while the warp group spends its issue slots on the promotion (ncu:
-  // waiting for each block's WGMMAs before promoting left half the issue slots idle at M = 4096).
+  // Consumer warp groups: per stage, per promotion, the block's WGMMAs into the int32
+  // temporaries, then their promotion into `accum` (FP32). The other warp group's WGMMAs (or,
+  // ping-pong, the other tile's) keep the tensor cores busy while this one promotes.
+  // Not two temporaries (issue block i+1's WGMMAs, then promote block i): ptxas 13.0 serializes
+  // every WGMMA of such a loop (C7514: "non wgmma instructions reading accumulator registers of a
+  // wgmma between start and end of the pipeline stage"), and it measured 857 TOPS against ~980 on
+  // the H100 at M = 4096. Overlap within a warp group needs the promotion outside the WGMMA
+  // pipeline's register window (e.g. copy the finished temporary out first, as DeepGEMM's FP8
+  // kernels keep one warp group's promotion opposite the other's WGMMAs).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
                           int thread_idx, TensorStorage& shared_tensors, Params const& params) {
@@ -447,75 +451,36 @@ struct Sm90BlockPromoteMma {
     // The tile coordinates (row, column) of each accumulator this thread holds.
     Tensor cC = make_identity_tensor(make_shape(Int<kTileM>{}, Int<kTileN>{}));
     Tensor tCcC = tiled_mma.get_slice(thread_idx).partition_C(cC);
-    Tensor temp0 = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-    Tensor temp1 = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-    CUTE_STATIC_ASSERT_V(size(temp0) == size(accum));
-
-    // Issue side: the stage and promotion of the next unit to start; promote side: the unit
-    // whose product is promoted next (and whose stage is released after its last promotion).
-    PipelineState issue_state = smem_pipe_read;
-    PipelineState release_state = smem_pipe_read;
-    int issue_p = 0, promote_p = 0;
-    int units_left = k_tile_count * kPromotionsPerStage;  // units not yet issued
-
-    auto issue = [&](auto& temp) {
-      if (issue_p == 0) {
-        auto barrier_token = pipeline.consumer_try_wait(issue_state);
-        pipeline.consumer_wait(issue_state, barrier_token);
-      }
-      int stage = issue_state.index();
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(temp);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < kMmaPerPromotion; ++k) {
-        int k_block = issue_p * kMmaPerPromotion + k;
-        cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), temp);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(temp);
-      if (++issue_p == kPromotionsPerStage) {
-        issue_p = 0;
-        ++issue_state;
-      }
-      --units_left;
-    };
-    auto promote_unit = [&](auto& temp) {
-      int stage = release_state.index();
-      warpgroup_fence_operand(temp);
-      promote(accum, temp, tCcC, shared_tensors.rows[stage] + promote_p * kTileM,
-              shared_tensors.cols[stage] + promote_p * kTileN);
-      if (++promote_p == kPromotionsPerStage) {
-        // The stage's operands and vectors are all read: hand it back to the producers.
-        promote_p = 0;
-        pipeline.consumer_release(release_state);
-        ++release_state;
-      }
-    };
-    // One step: start the next unit into `next` (if any), wait for `current`'s, promote it.
-    auto step = [&](auto& current, auto& next) {
-      if (units_left > 0) {
-        issue(next);
-        warpgroup_wait<1>();
-      } else {
-        warpgroup_wait<0>();
-      }
-      promote_unit(current);
-    };
+    Tensor temp = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+    CUTE_STATIC_ASSERT_V(size(temp) == size(accum));
 
     clear(accum);
     warpgroup_fence_operand(accum);
-    int const units = units_left;
-    if (units > 0) {
-      issue(temp0);
-      // Unrolled by two so that each temporary stays a fixed set of registers.
-      CUTLASS_PRAGMA_NO_UNROLL
-      for (int u = 0; u < units; u += 2) {
-        step(temp0, temp1);
-        if (u + 1 == units) break;
-        step(temp1, temp0);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      int read_stage = smem_pipe_read.index();
+      CUTLASS_PRAGMA_UNROLL
+      for (int p = 0; p < kPromotionsPerStage; ++p) {
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(temp);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kMmaPerPromotion; ++k) {
+          int k_block = p * kMmaPerPromotion + k;
+          cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), temp);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(temp);
+        promote(accum, temp, tCcC, shared_tensors.rows[read_stage] + p * kTileM,
+                shared_tensors.cols[read_stage] + p * kTileN);
       }
+      // The stage's operands and vectors are all read: hand it back to the producers.
+      pipeline.consumer_release(smem_pipe_read);
+      ++smem_pipe_read;
     }
     warpgroup_fence_operand(accum);
   }

@@ -33,7 +33,7 @@ def main():
     ap.add_argument("--sm", type=int, default=90)
     ap.add_argument("-j", "--jobs", type=int, default=None)
     args = ap.parse_args()
-    build_many(specs_for(args.sm), args.sm, jobs=args.jobs)
+    build_many(specs_for(args.sm), args.sm, jobs=args.jobs, progress=lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":

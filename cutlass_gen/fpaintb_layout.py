@@ -107,7 +107,8 @@ def layout(bits: int) -> WeightLayout:
 #    (0, 2, 1, 3), as in the Ampere layout (`word_order`): position p holds value word_order[p].
 # 3. Atoms numbered along rows first: atom (row // 16, k // 16) starts at code
 #    256 * (row // 16 + rows_padded / 16 * (k // 16)). Rows are padded with zero codes to a multiple
-#    of 16 (the kernel never stores the padded rows' outputs).
+#    of 128, the largest tile M (the kernel never stores the padded rows' outputs): CuTe tiles the
+#    hierarchical row mode ((8, 2), rows / 16) by the tile M only when the tile divides it.
 # 4. Codes are two's complement signed, q = u - 2**(bits - 1) (int4: u ^ 8, int8: u ^ 0x80), little end
 #    first within a byte for int4 (code 2i in the low nibble of byte i).
 #
@@ -124,6 +125,7 @@ class Sm90WeightLayout:
     atom_k: int = 16
     values_per_thread: int = 8
     tile_k: int = 64             # the kernel's K tile (128 bytes of 16-bit activations): K a multiple
+    row_padding: int = 128       # rows are padded to a multiple of the largest tile M
 
     @property
     def atom_codes(self) -> int:
@@ -139,7 +141,7 @@ class Sm90WeightLayout:
         return 8
 
     def rows_padded(self, n: int) -> int:
-        return -(-n // self.atom_rows) * self.atom_rows
+        return -(-n // self.row_padding) * self.row_padding
 
     def packed_shape(self, k: int, n: int) -> tuple[int]:
         return (self.rows_padded(n) * k * self.bits // 8,)
@@ -165,7 +167,7 @@ class Sm90WeightLayout:
 
     def template_values(self) -> dict:
         return {"bits": self.bits, "atom_rows": self.atom_rows, "atom_k": self.atom_k, "tile_k": self.tile_k,
-                "code_bias": self.code_bias}
+                "row_padding": self.row_padding, "code_bias": self.code_bias}
 
 
 SM90_LAYOUTS = {

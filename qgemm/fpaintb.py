@@ -260,12 +260,14 @@ class FpAIntBPlan:
         bias."""
         w = self.weight
         self._sm90_packed = fpaintb_pack.pack_sm90(w.codes(), w.bits)
+        # TMA and the bias broadcast read 16-byte vectors: fresh allocations, never a caller's view.
+        self._sm90_scale = self._scale.clone()
         self._sm90_zero = fpaintb_pack.sm90_zero(self._scale, w.zero, w.bits, self.act_dtype)
         self._sm90_bias = self.bias.clone() if self.bias is not None else None
         p = QgemmProblem()
         p.n, p.k = w.n, w.k
         p.ptr[1] = self._sm90_packed.data_ptr()
-        p.ptr[2] = self._scale.data_ptr()
+        p.ptr[2] = self._sm90_scale.data_ptr()
         p.ptr[3] = self._sm90_zero.data_ptr()
         p.ptr[4] = self._sm90_bias.data_ptr() if self._sm90_bias is not None else None
         p.ld[0], p.ld[2] = w.k, w.n

@@ -297,3 +297,72 @@ def test_host_library_make_params_rejects_null_operands_before_the_driver(host):
         status = host.make_params_fn(ctypes.byref(p), None, params, PARAMS_CAPACITY)
         assert host.status_string(status) == "problem not supported by this kernel", slot
         p.ptr[slot] = saved
+
+
+# --- the plan's Sm90 path (CPU tensors posing as an sm90 GPU's) -----------------------------------
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    import qgemm.fpaintb as fpaintb_mod
+    from qgemm import _checks
+
+    def use(capability=(9, 0)):
+        monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(fpaintb_mod, "sm_count", lambda device: 132)
+    return use
+
+
+def _weight(k=256, n=24, bits=4, group_size=128, zeros=True):
+    import qgemm
+    return qgemm.IntBWeight.from_float(torch.randn(n, k, generator=torch.Generator().manual_seed(n)), bits,
+                                       group_size, symmetric=not zeros)
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+def test_plan_sm90_path_and_its_operands(fake_gpu, bits):
+    import qgemm
+    fake_gpu()
+    w = _weight(bits=bits)
+    plan = qgemm.FpAIntBPlan(w, bias=torch.randn(24), activation="gelu")
+    assert plan.sm90
+    m0 = heuristics.FPAINTB_SM90_MIN_M
+    assert isinstance(plan.choice(m0), heuristics.FpAIntBSm90Choice)
+    assert isinstance(plan.choice(m0 - 1), heuristics.FpAIntBChoice)
+    # The second copy holds the same codes; zero' turns q * scale + zero' into (u - zero) * scale.
+    assert torch.equal(fpaintb_pack.unpack_sm90(plan._sm90_packed, bits, w.k, w.n), w.codes())
+    assert torch.equal(plan._sm90_zero, fpaintb_pack.sm90_zero(w.scale, w.zero, bits, torch.float16))
+    p = plan._sm90_problem
+    assert (p.n, p.k, p.ext[0], p.ext[1], p.sm_count) == (24, 256, 128, 3, 132)
+    assert p.ptr[1] == plan._sm90_packed.data_ptr() and p.ptr[3] == plan._sm90_zero.data_ptr()
+    assert p.ptr[4] == plan._sm90_bias.data_ptr() and p.ptr[4] % 16 == 0
+
+
+def test_plan_without_sm90_path(fake_gpu):
+    import qgemm
+    fake_gpu()
+    assert not qgemm.FpAIntBPlan(_weight(), sm90=False).sm90
+    assert not qgemm.FpAIntBPlan(_weight(group_size=32)).sm90        # group 32: the Sm80 kernels
+    assert qgemm.FpAIntBPlan(_weight(group_size=-1)).sm90            # per output channel
+    plan = qgemm.FpAIntBPlan(_weight(group_size=32))
+    assert isinstance(plan.choice(4096), heuristics.FpAIntBChoice)
+    fake_gpu((8, 0))
+    assert not qgemm.FpAIntBPlan(_weight()).sm90                     # an sm80 GPU
+    fake_gpu()
+    with pytest.raises(TypeError, match="sm90 must be a bool, got int"):
+        qgemm.FpAIntBPlan(_weight(), sm90=1)
+
+
+def test_plan_rejects_sm90_choices_it_cannot_run(fake_gpu):
+    import qgemm
+    fake_gpu()
+    x = torch.zeros(64, 256, dtype=torch.float16)
+    plan = qgemm.FpAIntBPlan(_weight(), sm90=False)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"))
+    with pytest.raises(ValueError, match="is a Sm90 kernel; this plan has no Sm90 path"):
+        plan(x, choice=choice)
+    plan = qgemm.FpAIntBPlan(_weight(bits=8))
+    with pytest.raises(ValueError, match=r"does not fit this plan \(act f16, int8\)"):
+        plan(x, choice=choice)
+    with pytest.raises(TypeError, match="choice must be a qgemm.heuristics.FpAIntBChoice or FpAIntBSm90Choice"):
+        plan(x, choice="128x64")

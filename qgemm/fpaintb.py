@@ -34,7 +34,7 @@ from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBSm90Spec
 
 from . import _checks, fpaintb_pack, heuristics, wq_format
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count, zeroed_workspace
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
 
 ACT_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 GROUP_SIZES = (32, 64, 128, 256)
@@ -197,6 +197,28 @@ def _check_weight(weight: IntBWeight):
         _checks.same_device("weight.perm", weight.perm, device)
 
 
+def sm90_streamk_flag_bytes(m: int, n: int, spec: FpAIntBSm90Spec) -> int:
+    """An upper bound on the flag bytes at the end of a Sm90 stream-K workspace.
+
+    CUTLASS's Sm90 stream-K workspace (cutlass/gemm/kernel/tile_scheduler_params.h) is [FP32 partial
+    tiles | flags], each part rounded up to 128 bytes; the flags are one 32-bit word per consumer warp
+    group per split output tile and must be zero at every launch, while the partials are written before
+    they are read. The scheduler counts tiles on a grid rounded up to its swizzle (at most 8), and
+    cooperative kernels have two consumer warp groups."""
+    tile_m, tile_n = spec.tile
+    tiles = -(-(-(-n // tile_m)) // 8) * 8 * (-(-(-(-m // tile_n)) // 8) * 8)
+    return tiles * 2 * 4 + 128
+
+
+def _sm90_workspace(nbytes: int, m: int, n: int, spec: FpAIntBSm90Spec, device) -> torch.Tensor | None:
+    """The stream-K workspace of one launch with its flags zeroed (a few KB, not the partials' MBs)."""
+    if nbytes == 0:
+        return None
+    workspace = torch.empty(int(nbytes), dtype=torch.uint8, device=device)
+    workspace[-min(int(nbytes), sm90_streamk_flag_bytes(m, n, spec)):].zero_()
+    return workspace
+
+
 class FpAIntBPlan:
     """A callable weight-only quantized linear layer: plan(x) = act(x @ W + bias) for x [M, K]
     float16/bfloat16 on the weight's device, on torch's current stream.
@@ -341,8 +363,7 @@ class FpAIntBPlan:
         elif out.data_ptr() % 16:
             raise ValueError(f"out must be 16-byte aligned for the Sm90 kernel {choice.spec.name} (TMA stores), "
                              f"got address {out.data_ptr():#x}; pass no choice to run the Sm80 kernels")
-        # Stream-K partials and flags: CUTLASS expects them zero at every launch.
-        workspace = zeroed_workspace(launch.workspace_bytes, self.device)
+        workspace = _sm90_workspace(launch.workspace_bytes, m, self.weight.n, choice.spec, self.device)
         stream = current_stream(self._device_index)
         with self._lock:
             p = self._sm90_problem

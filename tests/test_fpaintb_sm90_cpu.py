@@ -389,3 +389,14 @@ def test_every_built_catalog_kernel_plans(spec):
         assert launch.params_bytes <= PARAMS_CAPACITY
         if spec.scheduler == "persistent":
             assert launch.workspace_bytes == 0
+
+
+def test_streamk_flag_bound_covers_every_tile():
+    """The plan zeroes only the workspace's tail of flags (qgemm.fpaintb.sm90_streamk_flag_bytes): at
+    least one 32-bit flag per consumer warp group (two) for every output tile, on the grid rounded up
+    to the largest swizzle, plus the 128-byte rounding."""
+    from qgemm.fpaintb import sm90_streamk_flag_bytes
+    for spec in catalog(90, FAMILY):
+        for m, n in ((1, 8), (17, 136), (64, 4096), (1000, 12288), (4096, 28672)):
+            tiles = -(-n // spec.tile[0]) * -(-m // spec.tile[1])
+            assert sm90_streamk_flag_bytes(m, n, spec) >= tiles * 2 * 4 + 128

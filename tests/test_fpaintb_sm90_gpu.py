@@ -30,7 +30,7 @@ from cutlass_gen.specs import FpAIntBSm90Spec
 from qgemm import heuristics, wq_format
 from qgemm.fpaintb import IntBWeight
 
-from gpu_util import randn, rel_err
+from gpu_util import poison_allocator, randn, rel_err
 from test_fpaintb_gpu import BOUND, random_weight, reference
 
 pytestmark = [
@@ -180,7 +180,7 @@ def test_act_order_and_awq_on_the_sm90_kernel():
 
 @pytest.mark.parametrize("scheduler", ("streamk", "persistent"))
 def test_cuda_graph_and_two_streams(scheduler):
-    """Replay under a CUDA graph (the stream-K workspace is zeroed inside the graph) gives the eager
+    """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
     bits (CUTLASS's deterministic stream-K reduction), and two streams running the plan at once on
     different inputs each get their own result."""
     m, n, k = 200, 1024, 4096
@@ -223,3 +223,23 @@ def test_sm90_packing_on_the_gpu_matches_the_cpu(bits):
     on_gpu = pack_sm90(u.cuda(), bits)
     assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), pack_sm90(u, bits))
     assert torch.equal(unpack_sm90(on_gpu, bits, 1024, 520).cpu(), u)
+
+
+@pytest.mark.parametrize("splits", (0, 2, 4))
+def test_stream_k_workspace_from_poisoned_memory(splits):
+    """The plan zeroes only the flags at the end of CUTLASS's stream-K workspace: a workspace carved
+    from memory full of NaN bytes (non-zero flags, garbage partials) must still give the right result,
+    call after call (each call's workspace reuses the previous one's memory)."""
+    m, n, k = 256, 4096, 4096
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=9)
+    plan = qgemm.FpAIntBPlan(weight)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 128), scheduler="streamk"), splits=splits)
+    x = randn(m, k, dtype=torch.float16, seed=10)
+    ref = reference(x, weight)
+    first = None
+    for _ in range(3):
+        poison_allocator()
+        out = run(plan, x, choice)
+        assert rel_err(out, ref) < BOUND[torch.float16], splits
+        first = out if first is None else first
+        assert torch.equal(out, first)

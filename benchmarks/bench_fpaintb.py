@@ -117,7 +117,7 @@ def tinygemm(x_bf16, n, k, group=128):
 
 
 
-def run(shapes, ms, sweep: str | None, bf16: bool = True) -> dict:
+def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> dict:
     torch.manual_seed(0)
     bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
@@ -126,10 +126,10 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True) -> dict:
     if sweep:  # build the sweep's kernels in parallel up front (many are outside the catalog)
         specs = set()
         if sweep in ("sm80", "all"):
-            specs |= {c.spec for bits in (4, 8) for m in ms for k, n in shapes
+            specs |= {c.spec for bits in sweep_bits for m in ms for k, n in shapes
                       for c in sweep_choices(bits, m, n, k, sm_count)}
         if sweep in ("sm90", "all") and on_sm90:
-            specs |= {c.spec for bits in (4, 8) for c in sm90_sweep_choices(bits)}
+            specs |= {c.spec for bits in sweep_bits for c in sm90_sweep_choices(bits)}
         target = 90 if on_sm90 else 80
         try:
             build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
@@ -154,7 +154,7 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True) -> dict:
             for bits, ps in plans.items():
                 row[f"int{bits}_us"] = timed_rotating([lambda p=p: p(x) for p in ps])
                 row[f"int{bits}_kernel"] = label(ps[0].choice(m))
-                if sweep:
+                if sweep and bits in sweep_bits:
                     sweep_times = {}
                     choices = []
                     if sweep in ("sm80", "all"):
@@ -218,8 +218,9 @@ HEADER = (f"{'M':>5} {'K':>6} {'N':>6} | {'int4':>8} {'i4sm80':>8} {'int8':>8} {
 def _fmt(r: dict) -> str:
     nan = float("nan")
     best = ""
-    if "int4_best" in r:
-        best = f" | best int4 {r['int4_best'][0]} {r['int4_best'][1]:.1f}, int8 {r['int8_best'][0]} {r['int8_best'][1]:.1f}"
+    for bits in (4, 8):
+        if f"int{bits}_best" in r:
+            best += f" | best int{bits} {r[f'int{bits}_best'][0]} {r[f'int{bits}_best'][1]:.1f}"
     sm80, bf, cb = r.get("int4_sm80_us", nan), r.get("bf16_us", nan), r.get("cublas_bf16_us", nan)
     return (f"{r['m']:>5} {r['k']:>6} {r['n']:>6} | {r['int4_us']:>8.1f} {sm80:>8.1f} {r['int8_us']:>8.1f} "
             f"{r['cublas_us']:>8.1f} {bf:>8.1f} {cb:>8.1f} {r['tinygemm_us']:>8.1f} {r['floor4_us']:>7.1f} | "
@@ -234,13 +235,16 @@ def main():
     ap.add_argument("--sweep", nargs="?", const="sm90", choices=("sm90", "sm80", "all"),
                     help="also time every kernel configuration of that path (default sm90)")
     ap.add_argument("--no-bf16", action="store_true", help="skip the BF16 columns")
+    ap.add_argument("--sweep-bits", type=int, action="append", choices=(4, 8),
+                    help="sweep only these weight widths (default both)")
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
     print(HEADER)
-    result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16)
+    result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
+                 tuple(args.sweep_bits or (4, 8)))
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
     print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "

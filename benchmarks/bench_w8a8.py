@@ -175,6 +175,7 @@ def main():
     ap.add_argument("--nk", action="append", metavar="NxK", help="only these (N, K) shapes, e.g. 8192x28672")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     ap.add_argument("--sweep", action="store_true", help="also time every Sm90 catalog kernel per M")
+    ap.add_argument("--sweep-m", action="append", type=int, help="sweep only these M (default: the benchmark's)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
@@ -187,7 +188,7 @@ def main():
         rows += run_shape(n, k, ms, bw, block32=True)
     if args.sweep:
         for n, k in shapes:
-            sweep += sweep_shape(n, k, ms)
+            sweep += sweep_shape(n, k, args.sweep_m or ms)
     result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
               "host_overhead_us_per_gemm_call": overhead, "rows": rows, "sweep": sweep}
     with open(args.json, "w") as f:

@@ -7,33 +7,69 @@ compile with --keep, the fatbin the runtime loads with the driver API.
 Artifacts live in the cache (QGEMM_CACHE_DIR, default ~/.cache/qgemm, never the
 working directory) at <cache>/sm<target>/<kernel name>/<key>/ where key hashes
 the rendered source, the flags, our extension headers, and the nvcc and CUTLASS
-versions. A build happens in a private temporary folder that is renamed into
-place, so concurrent processes never see a half-written artifact; the loser of
-a race simply discards its copy.
+versions. The cache is built to be shared and to survive accidents:
+
+- One builder per kernel. A build holds an flock on <kernel dir>/.<key>.lock, so
+  N processes (or threads) that need one kernel compile it once; the others wait,
+  then find the finished artifact.
+- Atomic artifacts. A build happens in a private dot-folder that is renamed into
+  place once complete, so nobody ever sees a half-written artifact, and an
+  interrupted build (Ctrl-C, a crash) leaves only a dot-folder that is removed.
+- Digests. meta.json records the SHA-256 and size of kernel.so and kernel.fatbin;
+  an artifact whose files no longer match (truncated, corrupted) is ignored and
+  rebuilt.
+- Permissions. Folders are 0755 and files 0644 whatever the umask, so other users
+  can load from a cache; a cache folder or file that other users can write is
+  refused (UnsafeCacheError), because this process would load code from it.
+- Cancellation. nvcc runs in its own process group; Ctrl-C (or build_many's
+  cancellation) terminates the group, queued builds are cancelled.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import datetime
+import errno
+import fcntl
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
+import signal
+import stat
 import subprocess
-import sys
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
-from .paths import extensions_include_dir
+from .paths import TemplatesNotFoundError, extensions_include_dir
 from .render import RenderedKernel, render
 from .specs import KernelSpec
-from .toolchain import Toolchain, toolchain
+from .toolchain import Toolchain, ToolchainError, toolchain
+
+logger = logging.getLogger("qgemm.build")
 
 SO_NAME = "kernel.so"
 FATBIN_NAME = "kernel.fatbin"
 META_NAME = "meta.json"
+SOURCE_NAME = "kernel.cu"
+# Files whose digests meta.json records and every load checks.
+DIGESTED = (SO_NAME, FATBIN_NAME)
+META_FORMAT = 2
+
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+# Bits that let users other than the owner write.
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+# How often a waiting builder looks at its lock and a running nvcc at the cancel flag.
+POLL_S = 0.1
+# SIGTERM, then SIGKILL after this long, for an nvcc being cancelled.
+TERMINATE_GRACE_S = 1.0
 
 # Peak resident memory of one CUTLASS compile; bounds parallel jobs by RAM.
 BYTES_PER_JOB = {75: 1 << 30, 80: 1 << 30, 90: 4 << 30}
@@ -50,17 +86,47 @@ class BuildError(RuntimeError):
         )
 
 
+class BuildCancelled(RuntimeError):
+    """The build was cancelled (build_many interrupted) before it finished; nothing was written."""
+
+
+class UnsafeCacheError(RuntimeError):
+    """A cache folder or file is writable by other users, so loading kernels from it is refused."""
+
+
 def cache_root() -> Path:
     # An empty variable counts as unset: Path("") would be the working directory.
     return Path(os.environ.get("QGEMM_CACHE_DIR") or Path.home() / ".cache" / "qgemm").expanduser()
 
 
-def _hash_tree(root: Path) -> str:
+# --- keys -----------------------------------------------------------------------------------------
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _hash_included_headers(source: str, root: Path) -> str:
+    """Hash of qgemm's own headers (under `root`) that `source` includes, directly or through
+    each other: a kernel's key changes with the headers it compiles, not with another family's
+    (CUTLASS's headers are covered by the CUTLASS version in build_key)."""
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+    seen: set[Path] = set()
+    pending = [(source, root)]
+    while pending:
+        text, here = pending.pop()
+        for name in _INCLUDE.findall(text):
+            for base in (here, root):
+                path = (base / name).resolve()
+                if path.is_file() and root.resolve() in path.parents:
+                    break
+            else:
+                continue  # not one of qgemm's headers
+            if path in seen:
+                continue
+            seen.add(path)
+            pending.append((path.read_text(), path.parent))
+    for path in sorted(seen):
+        h.update(str(path.relative_to(root.resolve())).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -70,7 +136,7 @@ def source_digest(rendered: RenderedKernel, target_sm: int, tc_flags: list[str])
     h.update(rendered.source.encode())
     # Include paths differ between machines; their content is hashed instead.
     h.update("\0".join(f for f in tc_flags if not f.startswith("-I")).encode())
-    h.update(_hash_tree(extensions_include_dir()).encode())
+    h.update(_hash_included_headers(rendered.source, extensions_include_dir()).encode())
     h.update(str(target_sm).encode())
     return h.hexdigest()
 
@@ -82,6 +148,62 @@ def build_key(digest: str, tc: Toolchain) -> str:
         h.update(b"\0")
     return h.hexdigest()[:20]
 
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --- permissions ----------------------------------------------------------------------------------
+
+def _unsafe_message(path: Path, mode: int) -> str:
+    return (f"refusing to use the qgemm kernel cache: {path} is writable by other users (mode {mode & 0o7777:04o}), "
+            f"so they could replace kernels this process loads. Fix: `chmod go-w {path}` (and its files and "
+            f"subfolders: `chmod -R go-w {path}`), or set QGEMM_CACHE_DIR to a folder only you can write.")
+
+
+def check_cache_safe(root: Path, path: Path | None = None) -> None:
+    """Raise UnsafeCacheError if root, or any existing folder from root down to `path`, or a file
+    directly in `path`, is writable by group or others. Folders above root are the user's business."""
+    root = Path(root)
+    chain = [root]
+    if path is not None:
+        rel = Path(path).relative_to(root)
+        for part in rel.parts:
+            chain.append(chain[-1] / part)
+    for p in chain:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            return
+        if st.st_mode & _OTHERS_WRITE:
+            raise UnsafeCacheError(_unsafe_message(p, st.st_mode))
+    if path is not None and Path(path).is_dir():
+        for f in Path(path).iterdir():
+            st = os.lstat(f)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & _OTHERS_WRITE:
+                raise UnsafeCacheError(_unsafe_message(f, st.st_mode))
+
+
+def _ensure_dir(path: Path, root: Path) -> None:
+    """Create `path` and the folders between it and root (root included) as 0755, whatever the umask."""
+    path = Path(path)
+    if not root.exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+    chain = [root] + [root / Path(*path.relative_to(root).parts[:i + 1])
+                      for i in range(len(path.relative_to(root).parts))]
+    for p in chain:
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue
+        os.chmod(p, DIR_MODE)
+
+
+# --- artifacts ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Artifact:
@@ -98,99 +220,271 @@ class Artifact:
         return self.directory / FATBIN_NAME
 
 
-def _read_artifact(directory: Path) -> Artifact | None:
-    meta_path = directory / META_NAME
+def verify_artifact(directory: Path) -> tuple[dict | None, str]:
+    """(meta, "ok") for a complete artifact whose files match their recorded digests, else
+    (meta or None, why not). Artifacts from before digests were recorded pass if their files exist."""
+    meta_path = Path(directory) / META_NAME
     if not meta_path.is_file():
+        return None, "no meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        meta["name"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"unreadable meta.json ({e.__class__.__name__})"
+    files = meta.get("files")
+    if files is None:  # format 1: no digests to check
+        missing = [n for n in DIGESTED if not (Path(directory) / n).is_file()]
+        return (meta, "ok") if not missing else (meta, f"missing {', '.join(missing)}")
+    for name in DIGESTED:
+        record = files.get(name)
+        path = Path(directory) / name
+        if record is None:
+            return meta, f"meta.json has no digest for {name}"
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return meta, f"missing {name}"
+        if size != record["bytes"]:
+            return meta, f"{name} has {size} bytes, meta.json recorded {record['bytes']}"
+        if file_digest(path) != record["sha256"]:
+            return meta, f"{name} does not match its recorded SHA-256"
+    return meta, "ok"
+
+
+def _read_artifact(directory: Path) -> Artifact | None:
+    """The artifact in `directory` if it is complete and intact; a damaged one is logged and ignored
+    (a build then replaces it)."""
+    if not Path(directory).is_dir():
         return None
-    meta = json.loads(meta_path.read_text())
-    return Artifact(meta["name"], directory, meta)
+    meta, why = verify_artifact(directory)
+    if why != "ok":
+        if meta is not None or why != "no meta.json":
+            logger.warning("qgemm: ignoring damaged kernel artifact %s: %s (it is rebuilt when needed)",
+                           directory, why)
+        return None
+    return Artifact(meta["name"], Path(directory), meta)
+
+
+def _candidates(kernel_dir: Path) -> list[Path]:
+    """Finished artifact folders of one kernel, newest first (dot-names are builds and locks)."""
+    if not kernel_dir.is_dir():
+        return []
+    dirs = [p for p in kernel_dir.iterdir() if not p.name.startswith(".") and p.is_dir()]
+    return sorted(dirs, key=lambda p: (p / META_NAME).stat().st_mtime if (p / META_NAME).exists() else 0,
+                  reverse=True)
 
 
 def find_artifact(spec: KernelSpec, target_sm: int, root: Path | None = None) -> Artifact | None:
-    """A built artifact for this spec and target, if the cache has one.
+    """A built, intact artifact for this spec and target, if the cache has one.
 
-    With nvcc available the exact build key must match. Without nvcc (a machine
-    that only runs prebuilt kernels) an artifact built from the same source and
-    flags is accepted whatever nvcc built it.
+    With templates and nvcc available the exact build key must match. Without nvcc (a
+    machine that only runs prebuilt kernels) an artifact built from the same source and
+    flags is accepted whatever nvcc built it. Without the templates or jinja2 (an
+    install that only loads kernels) the artifact is found by the spec recorded in its
+    meta.json, newest first, and checked against the digests recorded at build time.
     """
-    root = root or cache_root()
-    rendered = render(spec)
+    root = Path(root or cache_root())
     kernel_dir = root / f"sm{target_sm}" / spec.name
+    check_cache_safe(root)
     try:
-        tc = toolchain()
-    except Exception:
-        tc = None
-    if tc is not None:
+        rendered = render(spec)
+    except (TemplatesNotFoundError, ImportError) as e:
+        logger.debug("qgemm: cannot render %s (%s); looking the kernel up by spec", spec.name, e)
+        rendered = None
+    tc = None
+    if rendered is not None:
+        try:
+            tc = toolchain()
+        except (ToolchainError, TemplatesNotFoundError):
+            tc = None
+
+    found = None
+    if rendered is not None and tc is not None:
         digest = source_digest(rendered, target_sm, tc.flags(target_sm))
-        return _read_artifact(kernel_dir / build_key(digest, tc))
-    if not kernel_dir.is_dir():
-        return None
-    for candidate in sorted(kernel_dir.iterdir()):
-        if candidate.name.startswith("."):
-            continue  # a build still in progress
-        art = _read_artifact(candidate)
-        if art is None:
+        found = _read_artifact(kernel_dir / build_key(digest, tc))
+    else:
+        wanted = spec.to_dict()
+        for candidate in _candidates(kernel_dir):
+            try:
+                meta = json.loads((candidate / META_NAME).read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("target_sm", target_sm) != target_sm:
+                continue
+            if rendered is not None:
+                if meta.get("source_digest") != source_digest(rendered, target_sm, meta.get("flags", [])):
+                    continue
+            elif meta.get("spec") != wanted:
+                continue
+            found = _read_artifact(candidate)
+            if found is not None:
+                break
+    if found is not None:
+        check_cache_safe(root, found.directory)
+    return found
+
+
+# --- building -------------------------------------------------------------------------------------
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """Stop an nvcc and everything it started (cicc, ptxas, the host compiler): its process group."""
+    if proc.poll() is not None:
+        return
+    for sig, grace in ((signal.SIGTERM, TERMINATE_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
             continue
-        flags = art.meta.get("flags", [])
-        if art.meta.get("source_digest") == source_digest(rendered, target_sm, flags):
-            return art
-    return None
 
 
-def build(spec: KernelSpec, target_sm: int, root: Path | None = None) -> Artifact:
-    """Build one kernel (or return the cached build)."""
+def _run_nvcc(command: list[str], log_path: Path, cancel: threading.Event | None = None) -> int:
+    """Run one nvcc with its output in log_path; its return code. nvcc gets its own process group
+    so that cancelling (or Ctrl-C, KeyboardInterrupt in this thread) can stop all its children."""
+    with open(log_path, "w") as log:
+        log.write(f"$ {' '.join(command)}\n\n")
+        log.flush()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=POLL_S if cancel is not None else None)
+            except subprocess.TimeoutExpired:
+                if cancel.is_set():
+                    _terminate(proc)
+                    raise BuildCancelled(f"cancelled: {command[-1]}")
+    except BaseException:
+        _terminate(proc)
+        raise
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path, what: str, cancel: threading.Event | None = None) -> Iterator[None]:
+    """Hold an flock on lock_path (created 0644). Polls rather than blocks, so that a cancelled or
+    interrupted waiter leaves promptly. The file is never unlinked: a waiter may hold it open."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        with contextlib.suppress(OSError):  # 0644 whatever the umask (fails harmlessly on another's file)
+            os.fchmod(fd, FILE_MODE)
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if not waited:
+                logger.info("qgemm: waiting for another process building %s", what)
+                waited = True
+            if cancel is not None and cancel.is_set():
+                raise BuildCancelled(f"cancelled while waiting for {what}")
+            time.sleep(POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, text: str) -> None:
+    path.write_text(text)
+    os.chmod(path, FILE_MODE)
+
+
+def build(spec: KernelSpec, target_sm: int, root: Path | None = None,
+          cancel: threading.Event | None = None) -> Artifact:
+    """Build one kernel (or return the cached build). `cancel`, when set, stops the build."""
     if not spec.supports_target(target_sm):
         raise ValueError(f"kernel {spec.name} needs sm{spec.arch} or later, got target sm{target_sm}")
-    root = root or cache_root()
+    root = Path(root or cache_root())
     tc = toolchain()
     rendered = render(spec)
     flags = tc.flags(target_sm)
     digest = source_digest(rendered, target_sm, flags)
     key = build_key(digest, tc)
-    final = root / f"sm{target_sm}" / spec.name / key
+    kernel_dir = root / f"sm{target_sm}" / spec.name
+    final = kernel_dir / key
+
+    check_cache_safe(root, kernel_dir)
     cached = _read_artifact(final)
     if cached is not None:
+        check_cache_safe(root, final)
         return cached
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
-    try:
-        src = work / "kernel.cu"
-        src.write_text(rendered.source)
-        keep = work / "keep"
-        keep.mkdir()
-        command = [str(tc.nvcc), *flags, "--keep", f"--keep-dir={keep}", "-o", str(work / SO_NAME), str(src)]
-        proc = subprocess.run(command, capture_output=True, text=True)
-        if proc.returncode != 0:
-            logs = root / "logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            log_path = logs / f"{spec.name}-{key}.log"
-            log_path.write_text(f"$ {' '.join(command)}\n\n{proc.stdout}\n{proc.stderr}")
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise BuildError(spec.name, command, log_path, tail)
-        shutil.move(str(keep / "kernel.fatbin"), str(work / FATBIN_NAME))
-        shutil.rmtree(keep)
-        meta = {
-            "name": spec.name,
-            "spec": spec.to_dict(),
-            "target_sm": target_sm,
-            "key": key,
-            "source_digest": digest,
-            "flags": flags,
-            "nvcc_version": tc.nvcc_version,
-            "cutlass_version": tc.cutlass_version,
-        }
-        (work / META_NAME).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    _ensure_dir(kernel_dir, root)
+    with _exclusive(kernel_dir / f".{key}.lock", f"{spec.name} for sm{target_sm}", cancel):
+        # Whoever held the lock before us may have built it.
+        cached = _read_artifact(final)
+        if cached is not None:
+            return cached
+        # Holding the lock, no one else is building this key: a build folder left here is from a builder
+        # that was killed outright (SIGKILL, power loss), whose nvcc may have written into it afterwards.
+        for leftover in kernel_dir.glob(f".{key}-build-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        if final.exists():  # damaged: move it out of the way (atomically), then delete it
+            trash = kernel_dir / f".{key}-damaged-{os.getpid()}-{threading.get_ident()}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+
+        work = kernel_dir / f".{key}-build-{os.getpid()}-{threading.get_ident()}"
+        work.mkdir(mode=DIR_MODE)
+        os.chmod(work, DIR_MODE)
         try:
-            os.rename(work, final)
-        except OSError:
-            # Another process finished the same build first; its artifact is identical.
-            if _read_artifact(final) is None:
-                raise
-    finally:
-        if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
-    return _read_artifact(final)
+            src = work / SOURCE_NAME
+            _write_file(src, rendered.source)
+            keep = work / "keep"
+            keep.mkdir()
+            log_path = work / "nvcc.log"
+            command = [str(tc.nvcc), *flags, "--keep", f"--keep-dir={keep}", "-o", str(work / SO_NAME), str(src)]
+            returncode = _run_nvcc(command, log_path, cancel)
+            if returncode != 0:
+                if cancel is not None and cancel.is_set():
+                    raise BuildCancelled(f"cancelled: {spec.name}")
+                output = log_path.read_text(errors="replace")
+                logs = root / "logs"
+                _ensure_dir(logs, root)
+                saved = logs / f"{spec.name}-{key}.log"
+                _write_file(saved, output)
+                tail = "\n".join(output.strip().splitlines()[-15:])
+                raise BuildError(spec.name, command, saved, tail)
+            if not (keep / "kernel.fatbin").is_file():
+                raise BuildError(spec.name, command, log_path, "nvcc --keep left no kernel.fatbin")
+            os.replace(keep / "kernel.fatbin", work / FATBIN_NAME)
+            shutil.rmtree(keep)
+            log_path.unlink()
+            files = {}
+            for name in DIGESTED:
+                os.chmod(work / name, FILE_MODE)
+                files[name] = {"sha256": file_digest(work / name), "bytes": (work / name).stat().st_size}
+            meta = {
+                "format": META_FORMAT,
+                "name": spec.name,
+                "spec": spec.to_dict(),
+                "target_sm": target_sm,
+                "key": key,
+                "source_digest": digest,
+                "flags": flags,
+                "nvcc_version": tc.nvcc_version,
+                "cutlass_version": tc.cutlass_version,
+                "files": files,
+                "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            }
+            _write_file(work / META_NAME, json.dumps(meta, indent=1, sort_keys=True))
+            os.rename(work, final)  # the artifact appears complete or not at all
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    artifact = _read_artifact(final)
+    if artifact is None:
+        raise BuildError(spec.name, [str(tc.nvcc)], final, "the artifact failed its digest check right after the build")
+    return artifact
 
 
 def default_jobs(target_sm: int) -> int:
@@ -212,29 +506,45 @@ def build_many(
     root: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Artifact]:
-    """Build several kernels in parallel; raises the first BuildError after all finish."""
+    """Build several kernels in parallel; raises the first BuildError after all finish.
+
+    Ctrl-C (KeyboardInterrupt in the calling thread) cancels the queued builds, terminates
+    the running nvcc process groups, removes their half-done folders and re-raises, within
+    about a second."""
     specs = list(specs)
     jobs = jobs or default_jobs(target_sm)
-    progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    progress = progress or (lambda line: logger.info("%s", line))
     results: dict[str, Artifact] = {}
     errors: list[BaseException] = []
     start = time.monotonic()
+    cancel = threading.Event()
 
     def one(spec: KernelSpec):
         t0 = time.monotonic()
-        art = build(spec, target_sm, root)
+        art = build(spec, target_sm, root, cancel=cancel)
         return spec, art, time.monotonic() - t0
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    futures = []
+    try:
         futures = [pool.submit(one, s) for s in specs]
         for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             try:
                 spec, art, secs = fut.result()
                 results[spec.name] = art
                 progress(f"[{done}/{len(specs)}] sm{target_sm} {spec.name} ({secs:.1f} s)")
-            except BaseException as e:  # report and keep building the rest
+            except Exception as e:  # report and keep building the rest
                 errors.append(e)
                 progress(f"[{done}/{len(specs)}] FAILED: {str(e).splitlines()[0]}")
+    except BaseException:
+        cancel.set()
+        for fut in futures:
+            fut.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        progress(f"interrupted: built {len(results)}/{len(specs)} kernels for sm{target_sm}; "
+                 f"the rest were cancelled and left nothing behind")
+        raise
+    pool.shutdown(wait=True)
     progress(f"built {len(results)}/{len(specs)} kernels for sm{target_sm} in {time.monotonic() - start:.0f} s "
              f"with {jobs} jobs")
     if errors:
@@ -243,13 +553,94 @@ def build_many(
 
 
 def write_manifest(artifacts: list[Artifact], target_sm: int, root: Path | None = None) -> Path:
-    root = root or cache_root()
+    """Record artifacts in <cache>/manifest-sm<target>.json, merged with what earlier builds recorded
+    (a partial `qgemm build --kernels ...` adds to the manifest instead of replacing it). Entries
+    whose folder is gone are dropped."""
+    root = Path(root or cache_root())
+    _ensure_dir(root, root)
     path = root / f"manifest-sm{target_sm}.json"
-    entries = [
-        {"name": a.name, "spec": a.meta["spec"], "key": a.meta["key"], "dir": str(a.directory.relative_to(root))}
-        for a in artifacts
-    ]
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"target_sm": target_sm, "kernels": entries}, indent=1))
-    os.replace(tmp, path)
+    with _exclusive(root / f".manifest-sm{target_sm}.lock", path.name):
+        entries: dict[str, dict] = {}
+        try:
+            old = json.loads(path.read_text())
+            for e in old.get("kernels", []):
+                if (root / e["dir"] / META_NAME).is_file():
+                    entries[e["name"]] = e
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logger.warning("qgemm: replacing unreadable manifest %s (%s)", path, e)
+        for a in artifacts:
+            entries[a.name] = {"name": a.name, "spec": a.meta["spec"], "key": a.meta["key"],
+                               "dir": str(a.directory.relative_to(root))}
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        _write_file(tmp, json.dumps({"target_sm": target_sm, "kernels": [entries[n] for n in sorted(entries)]},
+                                    indent=1))
+        os.replace(tmp, path)
     return path
+
+
+# --- the cache as a whole (`qgemm cache ...`) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class CacheEntry:
+    target_sm: int
+    name: str
+    directory: Path
+    meta: dict | None
+    status: str  # "ok" or why not
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+
+def cache_entries(root: Path | None = None, verify: bool = True) -> list[CacheEntry]:
+    """Every artifact folder in the cache, sorted by target and name (damaged ones included)."""
+    root = Path(root or cache_root())
+    out = []
+    if not root.is_dir():
+        return out
+    for sm_dir in sorted(root.glob("sm[0-9]*")):
+        if not sm_dir.is_dir() or not sm_dir.name[2:].isdigit():
+            continue
+        for kernel_dir in sorted(p for p in sm_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for art_dir in _candidates(kernel_dir):
+                if verify:
+                    meta, status = verify_artifact(art_dir)
+                else:
+                    try:
+                        meta, status = json.loads((art_dir / META_NAME).read_text()), "ok"
+                    except (OSError, ValueError):
+                        meta, status = None, "unreadable meta.json"
+                out.append(CacheEntry(int(sm_dir.name[2:]), kernel_dir.name, art_dir, meta, status))
+    return out
+
+
+def clean_cache(root: Path | None = None, entries: list[CacheEntry] | None = None) -> int:
+    """Remove the given artifacts (default: everything qgemm wrote in the cache) and return how many
+    artifacts went. Only qgemm's own layout is removed (sm*/ folders, logs/, manifests, locks): a cache
+    variable pointing at a folder that holds other things never deletes them."""
+    root = Path(root or cache_root())
+    if not root.is_dir():
+        return 0
+    everything = entries is None
+    entries = cache_entries(root, verify=False) if everything else entries
+    for e in entries:
+        shutil.rmtree(e.directory, ignore_errors=True)
+    if everything:
+        for sm_dir in root.glob("sm[0-9]*"):
+            if sm_dir.is_dir() and sm_dir.name[2:].isdigit():
+                shutil.rmtree(sm_dir, ignore_errors=True)
+        shutil.rmtree(root / "logs", ignore_errors=True)
+        for f in list(root.glob("manifest-sm*.json")) + list(root.glob(".manifest-sm*")):
+            f.unlink(missing_ok=True)
+    else:
+        # Drop kernel folders left empty (their lock files aside) and the manifests' dead entries.
+        for kernel_dir in {e.directory.parent for e in entries}:
+            if kernel_dir.is_dir() and all(p.name.startswith(".") and p.is_file() for p in kernel_dir.iterdir()):
+                shutil.rmtree(kernel_dir, ignore_errors=True)
+        for sm in {e.target_sm for e in entries}:
+            if (root / f"manifest-sm{sm}.json").exists():
+                write_manifest([], sm, root)
+    return len(entries)

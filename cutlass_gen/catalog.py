@@ -58,6 +58,16 @@ _W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
 
 
+def w8a8_sm90_configs(block_size: int) -> list[tuple]:
+    """The (tile, swap_ab, scheduler) configurations the sm90 catalog holds for a block size (the
+    heuristic chooses among these only, so a plan never builds a kernel on first use for its
+    default choice): all of them for block 128, the narrow swapped and the 128 x 128 persistent
+    kernel for the other block sizes."""
+    if block_size == 128:
+        return _W8A8_SM90_DECODE + _W8A8_SM90_LARGE
+    return [_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0]]
+
+
 def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
     if target_sm < 90:
         return []
@@ -70,7 +80,7 @@ def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
              for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
     specs += [spec(c, 128, "asymmetric", "f16") for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
     specs += [spec(c, block_size, "asymmetric", "f16") for block_size in (32, 64, 256)
-              for c in (_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0])]
+              for c in w8a8_sm90_configs(block_size)]
     return specs
 
 

@@ -1,15 +1,62 @@
-"""`qgemm` command line: render, list, check and build the kernel catalog."""
+"""`qgemm` command line: render, list, check and build the kernel catalog; inspect the cache.
+
+Exit codes, the same for every command:
+  0    done (for `list`/`cache list`: something was listed, or the cache is simply empty);
+  1    failed: a build or toolchain error, templates missing, an unsafe cache, `check` found
+       differences, or a selection (--family/--kernels/--sm) that matches nothing;
+  2    usage error (argparse);
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM). Either way no half-built artifact is left.
+Messages go to stderr through `logging` (logger "qgemm"); results (names, paths) go to stdout.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
+import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .catalog import catalog, families
-from .paths import generated_dir
+from .paths import TemplatesNotFoundError, generated_dir, templates_dir
 from .render import render
 from .specs import SUPPORTED_TARGETS, KernelSpec
+
+logger = logging.getLogger("qgemm")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+def _target(value: str):
+    """--sm: 'auto' (this machine's GPU, resolved when needed) or one of the supported targets."""
+    if value == "auto":
+        return value
+    try:
+        sm = int(value)
+    except ValueError:
+        sm = None
+    if sm not in SUPPORTED_TARGETS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from auto, {', '.join(map(str, SUPPORTED_TARGETS))})")
+    return sm
+
+
+def _resolve_sm(args) -> int:
+    if args.sm == "auto":
+        from .toolchain import detect_target_sm
+
+        args.sm = detect_target_sm()
+        logger.info("--sm auto: this machine's GPU takes the sm%d build", args.sm)
+    return args.sm
+
+
+def _describe(args) -> str:
+    parts = [f"sm{args.sm}"] if getattr(args, "sm", None) not in (None, "auto") else []
+    parts += [f"family={args.family}"] if getattr(args, "family", None) else []
+    parts += [f"kernels={args.kernels}"] if getattr(args, "kernels", None) else []
+    return " ".join(parts) or "anything"
 
 
 def _select(sm: int, family: str | None, pattern: str | None) -> list[KernelSpec]:
@@ -32,12 +79,17 @@ def _expected_generated() -> dict[str, str]:
 
 
 def cmd_list(args) -> int:
-    for spec in _select(args.sm, args.family, args.kernels):
+    specs = _select(_resolve_sm(args), args.family, args.kernels)
+    if not specs:
+        logger.error("qgemm list: no kernels match %s", _describe(args))
+        return EXIT_FAILURE
+    for spec in specs:
         print(spec.name)
-    return 0
+    return EXIT_OK
 
 
 def cmd_render(args) -> int:
+    templates_dir()  # missing templates: say so before anything else
     out = Path(args.out) if args.out else generated_dir()
     out.mkdir(parents=True, exist_ok=True)
     expected = _expected_generated()
@@ -49,10 +101,11 @@ def cmd_render(args) -> int:
     for p in stale:
         p.unlink()
     print(f"rendered {len(expected)} kernels into {out}" + (f", removed {len(stale)} stale" if stale else ""))
-    return 0
+    return EXIT_OK
 
 
 def cmd_check(args) -> int:
+    templates_dir()
     out = Path(args.out) if args.out else generated_dir()
     expected = _expected_generated()
     problems = []
@@ -64,33 +117,113 @@ def cmd_check(args) -> int:
             problems.append(f"out of date {path}")
     problems += [f"stale {p}" for p in out.glob("*.cu") if p.name not in expected]
     if problems:
-        print("\n".join(problems), file=sys.stderr)
-        print("generated/ is not current: run `qgemm render`", file=sys.stderr)
-        return 1
-    print(f"generated/ is current ({len(expected)} kernels)")
-    return 0
+        for line in problems:
+            logger.error("%s", line)
+        logger.error("%s is not current: run `qgemm render%s`", out, f" --out {out}" if args.out else "")
+        return EXIT_FAILURE
+    print(f"{'generated/' if not args.out else out} is current ({len(expected)} kernels)")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM unwinds like Ctrl-C, so a killed build still cancels nvcc and removes its folders."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(EXIT_TERMINATED)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_build(args) -> int:
     from .build import build_many, cache_root, write_manifest
 
+    sm = _resolve_sm(args)
     root = Path(args.out).resolve() if args.out else cache_root()
-    specs = _select(args.sm, args.family, args.kernels)
+    specs = _select(sm, args.family, args.kernels)
     if not specs:
-        print(f"no kernels match family={args.family} kernels={args.kernels} for sm{args.sm}", file=sys.stderr)
-        return 1
-    artifacts = build_many(specs, args.sm, jobs=args.jobs, root=root)
-    manifest = write_manifest(artifacts, args.sm, root)
+        logger.error("qgemm build: no kernels match %s", _describe(args))
+        return EXIT_FAILURE
+    with _sigterm_as_interrupt():
+        artifacts = build_many(specs, sm, jobs=args.jobs, root=root)
+    manifest = write_manifest(artifacts, sm, root)
     print(f"manifest: {manifest}")
-    return 0
+    return EXIT_OK
+
+
+def _cache_selection(args):
+    from .build import cache_entries
+
+    entries = cache_entries(args.root)
+    selected = [e for e in entries
+                if (args.sm is None or e.target_sm == args.sm)
+                and (not args.kernels or fnmatch.fnmatchcase(e.name, args.kernels))
+                and (not args.family or (e.meta or {}).get("spec", {}).get("family") == args.family)
+                and (not getattr(args, "damaged", False) or e.status != "ok")]
+    filtered = args.sm is not None or args.kernels or args.family or getattr(args, "damaged", False)
+    return entries, selected, filtered
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def cmd_cache(args) -> int:
+    from .build import cache_root, check_cache_safe, clean_cache
+
+    args.root = cache_root()
+    if args.cache_command == "path":
+        print(args.root)
+        return EXIT_OK
+    if args.root.exists():
+        check_cache_safe(args.root)
+    entries, selected, filtered = _cache_selection(args)
+    if args.cache_command == "clean" and not filtered:  # everything, logs and manifests included
+        print(f"removed {clean_cache(args.root)} kernel builds from {args.root}")
+        return EXIT_OK
+    if not selected:
+        if filtered and entries:
+            logger.error("qgemm cache %s: no cached kernels match %s in %s", args.cache_command,
+                         _describe(args), args.root)
+            return EXIT_FAILURE
+        if filtered:
+            logger.error("qgemm cache %s: the cache %s holds no kernels", args.cache_command, args.root)
+            return EXIT_FAILURE
+        logger.info("the cache %s holds no kernels", args.root)
+        return EXIT_OK
+    if args.cache_command == "list":
+        for e in selected:
+            meta = e.meta or {}
+            status = "ok" if e.status == "ok" else f"DAMAGED ({e.status})"
+            print(f"sm{e.target_sm}  {e.name}  {e.directory.name}  {_size(e.bytes)}  "
+                  f"{meta.get('built_at', '-')}  {status}")
+        damaged = sum(e.status != "ok" for e in selected)
+        logger.info("%d kernel builds in %s%s", len(selected), args.root,
+                    f", {damaged} damaged (rebuilt on next use; `qgemm cache clean --damaged` removes them)"
+                    if damaged else "")
+        return EXIT_OK
+    removed = clean_cache(args.root, selected)
+    print(f"removed {removed} kernel builds from {args.root}")
+    return EXIT_OK
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qgemm", description="Generate and build qgemm's CUTLASS kernels.")
+    p = argparse.ArgumentParser(
+        prog="qgemm", description="Generate and build qgemm's CUTLASS kernels, and manage their cache.",
+        epilog="Exit codes: 0 done, 1 failed or nothing matched, 2 usage error, 130 interrupted.")
     sub = p.add_subparsers(dest="command", required=True)
+    targets = ", ".join(map(str, SUPPORTED_TARGETS))
 
-    def selection(sp, sm_required=True):
-        sp.add_argument("--sm", type=int, choices=SUPPORTED_TARGETS, required=sm_required, help="target SM")
+    def selection(sp, sm_default="auto"):
+        sp.add_argument("--sm", type=_target, default=sm_default,
+                        help=f"target SM: {targets}, or auto (this machine's GPU; the default)")
         sp.add_argument("--family", choices=families(), help="only this kernel family")
         sp.add_argument("--kernels", metavar="GLOB", help="only kernels whose name matches GLOB")
 
@@ -105,27 +238,75 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     r = sub.add_parser("render", help="write every catalog kernel's source into generated/ (no nvcc)")
-    r.add_argument("--out", help="folder (default: generated/)")
+    r.add_argument("--out", help="folder (default: the source tree's generated/)")
     r.set_defaults(func=cmd_render)
 
     c = sub.add_parser("check", help="exit 1 unless generated/ matches the templates and catalog")
-    c.add_argument("--out", help="folder (default: generated/)")
+    c.add_argument("--out", help="folder (default: the source tree's generated/)")
     c.set_defaults(func=cmd_check)
+
+    cache = sub.add_parser("cache", help="the kernel cache: path, list, clean")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    cache_sub.add_parser("path", help="print the cache folder (QGEMM_CACHE_DIR or ~/.cache/qgemm)")
+    for name, help_text in (("list", "list cached kernel builds with size, build time and digest check"),
+                            ("clean", "remove cached kernel builds (all of them unless selected)")):
+        sp = cache_sub.add_parser(name, help=help_text)
+        selection(sp, sm_default=None)
+        if name == "clean":
+            sp.add_argument("--damaged", action="store_true", help="only builds that fail their digest check")
+    cache.set_defaults(func=cmd_cache)
     return p
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever sys.stderr is at the time (pytest's capture swaps it between tests)."""
+
+    def emit(self, record):
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _cli_logging():
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    previous_level, previous_propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous_level)
+        logger.propagate = previous_propagate
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from .build import BuildError
-    from .toolchain import ToolchainError
+    from .build import BuildError, UnsafeCacheError
+    from .toolchain import TargetDetectionError, ToolchainError
 
-    try:
-        return args.func(args)
-    except (BuildError, ToolchainError, ValueError) as e:
-        print(f"qgemm {args.command}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    with _cli_logging():
+        try:
+            return args.func(args)
+        except (BuildError, ToolchainError, TemplatesNotFoundError, UnsafeCacheError, TargetDetectionError,
+                ValueError, OSError) as e:
+            logger.error("qgemm %s: %s", args.command, e)
+            return EXIT_FAILURE
+        except ImportError as e:
+            logger.error("qgemm %s: %s (rendering kernels needs jinja2: pip install jinja2)", args.command, e)
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            logger.error("qgemm %s: interrupted", args.command)
+            return EXIT_INTERRUPTED
+        except SystemExit as e:
+            if e.code == EXIT_TERMINATED:
+                logger.error("qgemm %s: terminated", args.command)
+            raise
 
 
 if __name__ == "__main__":

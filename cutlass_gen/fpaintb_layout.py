@@ -60,16 +60,6 @@ class WeightLayout:
     def packed_shape(self, k: int, n: int) -> tuple[int, int]:
         return n // self.interleave, k * self.interleave * self.bits // 8
 
-    def template_values(self) -> dict:
-        """What the templates read (kept to numbers, so C++ and Python cannot disagree)."""
-        return {
-            "bits": self.bits,
-            "interleave": self.interleave,
-            "tile_rows": self.tile_rows,
-            "line_bytes": self.line_bytes,
-            "permute_rows": self.permute_rows,
-        }
-
 
 # For a 16-row MMA step (k16) the thread with lane % 4 == j needs rows 2j, 2j+1, 2j+8, 2j+9.
 # int8: one word (4 codes) is one step. int4: one word (8 codes) is two steps, 16 rows apart.

@@ -9,8 +9,6 @@ import functools
 import json
 from dataclasses import dataclass
 
-import jinja2
-
 from .paths import templates_dir
 from .specs import KernelSpec
 
@@ -37,7 +35,11 @@ def _cpp_string(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _environment(root: str) -> jinja2.Environment:
+def _environment(root: str):
+    # Imported here, not at module level: loading a kernel that is already built needs
+    # neither jinja2 nor the templates (cutlass_gen.build.find_artifact).
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,

@@ -98,3 +98,30 @@ def toolchain() -> Toolchain:
     includes = (extensions_include_dir(), *cutlass_include_dirs())
     return Toolchain(nvcc=nvcc, nvcc_version=version, include_dirs=tuple(str(p) for p in includes),
                      cutlass_version=cutlass_version())
+
+
+class TargetDetectionError(RuntimeError):
+    """`--sm auto` found no GPU to take the target SM from."""
+
+
+def detect_target_sm() -> int:
+    """The build target serving this machine's current CUDA GPU (what `--sm auto` means)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise TargetDetectionError(f"--sm auto needs torch to find the GPU ({e}); pass --sm "
+                                   f"{'|'.join(map(str, SUPPORTED_TARGETS))}") from e
+    if not torch.cuda.is_available():
+        raise TargetDetectionError(
+            "--sm auto: no CUDA GPU is visible here (torch.cuda.is_available() is False); pass --sm "
+            f"{'|'.join(map(str, SUPPORTED_TARGETS))} to build for another machine's GPU")
+    from qgemm._runtime import target_sm_for
+
+    device = torch.cuda.current_device()
+    capability = torch.cuda.get_device_capability(device)
+    target = target_sm_for(capability)
+    if target is None:
+        raise TargetDetectionError(
+            f"--sm auto: GPU {device} ({torch.cuda.get_device_name(device)}) is sm_{capability[0]}{capability[1]}; "
+            f"qgemm's kernels need sm_75 or newer")
+    return target

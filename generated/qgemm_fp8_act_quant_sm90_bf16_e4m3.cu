@@ -11,7 +11,10 @@
 //   q     = fp8(clamp(x * (fp8_max / amax), -fp8_max, fp8_max))   round to nearest even
 // (one division per group, a multiplication per element: an IEEE division per element would
 // make this kernel compute bound)
-// so x ~= scale * q. The scales are written M-major, sx[group, row], with a row pitch that is a
+// so x ~= scale * q. A group holding NaN or Inf gets a NaN scale and q = 0 (the W8A8 activation
+// quantizer's convention, templates/act_quant.cu.j2): the GEMM then carries the non-finite value into
+// every output of that row, as an unquantized GEMM would. fmaxf alone would drop a NaN from amax and
+// leave the row silently finite. The scales are written M-major, sx[group, row], with a row pitch that is a
 // multiple of 4: that is the layout the GEMM's TMA loads (16-byte aligned rows of scales).
 //
 // One pass: each thread loads 8 consecutive inputs (16 bytes of f16/bf16), 16 threads share a
@@ -107,22 +110,27 @@ struct Adapter {
     float v[kPerThread];
     load8(p.x + row * p.ldx + col, v);
     float amax = 0.f;
+    bool finite = true;  // x - x is NaN exactly for NaN and Inf
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < kPerThread; ++i) {
+      amax = fmaxf(amax, fabsf(v[i]));
+      finite &= (v[i] - v[i]) == 0.f;
+    }
     // The 16 lanes of a group are aligned within the warp: xor offsets below 16 stay inside it.
     unsigned const lanes = (threadIdx.x % 32) < 16 ? 0x0000ffffu : 0xffff0000u;
+    finite = __all_sync(lanes, finite);
 #pragma unroll
     for (int s = kThreadsPerGroup / 2; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, s));
     amax = fmaxf(amax, kEps);
     // Explicit rounding keeps nvcc from contracting or reassociating, so the result matches
     // qgemm.reference.quantize_fp8_groups bit for bit.
-    float scale = __fdiv_rn(amax, kFp8Max);
-    float inv = __fdiv_rn(kFp8Max, amax);
+    float scale = finite ? __fdiv_rn(amax, kFp8Max) : NAN;
+    float inv = finite ? __fdiv_rn(kFp8Max, amax) : 0.f;  // non-finite group: every code 0 (below)
     uint8_t out[kPerThread];
 #pragma unroll
     for (int i = 0; i < kPerThread; i += 2) {
-      float a = fminf(fmaxf(__fmul_rn(v[i], inv), -kFp8Max), kFp8Max);
-      float b = fminf(fmaxf(__fmul_rn(v[i + 1], inv), -kFp8Max), kFp8Max);
+      float a = finite ? fminf(fmaxf(__fmul_rn(v[i], inv), -kFp8Max), kFp8Max) : 0.f;
+      float b = finite ? fminf(fmaxf(__fmul_rn(v[i + 1], inv), -kFp8Max), kFp8Max) : 0.f;
       __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kInterpretation);
       out[i] = uint8_t(pair & 0xff);
       out[i + 1] = uint8_t(pair >> 8);

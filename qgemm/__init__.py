@@ -17,6 +17,19 @@ from .conv import ConvInt8Plan, conv2d_int8
 from .conv_quant import ConvInt8Quant
 from .conv_fpaintb import FpAIntBConvPlan, IntConvWeight, conv2d_fpaintb
 from . import nn, reference, wq_format
+from .quantize import (
+    ConvCalibration,
+    Fp8BlockwiseConfig,
+    Int4WeightOnlyConfig,
+    Int8ConvConfig,
+    Int8WeightOnlyConfig,
+    IntWeightConvConfig,
+    W8A8BlockConfig,
+    calibrate_convs,
+    quantize_,
+)
+from .checkpoint import CheckpointError, load_quantized
+from .prebuild import prebuild
 
 __all__ = [
     "ConvInt8Plan",
@@ -40,10 +53,23 @@ __all__ = [
     "fp8_linear",
     "fpaintb_linear",
     "nn",
+    "prebuild",
     "quantize_activations_fp8",
     "quantize_activations",
     "w8a8_linear",
     "reference",
     "wq_format",
+    # model-level API (qgemm/quantize.py, qgemm/checkpoint.py)
+    "CheckpointError",
+    "ConvCalibration",
+    "Fp8BlockwiseConfig",
+    "Int4WeightOnlyConfig",
+    "Int8ConvConfig",
+    "Int8WeightOnlyConfig",
+    "IntWeightConvConfig",
+    "W8A8BlockConfig",
+    "calibrate_convs",
+    "load_quantized",
+    "quantize_",
 ]
 __version__ = "0.1.0"

@@ -66,3 +66,32 @@ def target_sm(device: torch.device, needs: int, what: str) -> int:
     if target is None or target < needs:
         raise ValueError(f"{what} needs sm{needs} or later; device {device} is sm{cap[0]}{cap[1]}")
     return target
+
+
+# Largest element count or extent a 32-bit signed index reaches.
+INT32_LIMIT = (1 << 31) - 1
+
+
+def finite(name: str, value: torch.Tensor):
+    """ValueError if a weight-side tensor holds NaN or Inf. Meant for quantize and plan time (it
+    reads the whole tensor back once, a device sync): a non-finite weight would silently give NaN
+    scales, or finite codes that hide it, for every output column it touches."""
+    t = value if value.is_floating_point() else None
+    if t is None:
+        return
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        t = t.float()  # isfinite has no FP8 kernels
+    bad = ~torch.isfinite(t)
+    count = int(bad.sum())
+    if count:
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} holds {count} NaN/Inf value(s) (first at index {where}); qgemm quantizes "
+                         f"finite weights only: a NaN/Inf weight would reach every output it touches")
+
+
+def index_limit(name: str, value: int, limit: int = INT32_LIMIT, why: str = "32-bit index arithmetic"):
+    """ValueError before any launch when an extent or element count passes what the kernel's index
+    arithmetic holds (by default a signed 32-bit index, 2**31 - 1)."""
+    if value > limit:
+        raise ValueError(f"{name} is {value}, beyond the {limit} the kernel addresses ({why}): "
+                         f"split the call (fewer rows, or smaller batches)")

@@ -6,12 +6,13 @@ once per kernel (first use), into the on-disk cache shared with `qgemm build`.
 from __future__ import annotations
 
 import ctypes
-import sys
+import logging
 import threading
 
 import torch
 
 from cutlass_gen.build import build, find_artifact
+from cutlass_gen.paths import TemplatesNotFoundError
 from cutlass_gen.specs import KernelSpec
 from cutlass_gen.toolchain import ToolchainError
 
@@ -19,6 +20,7 @@ from . import _driver
 from ._abi import PARAMS_CAPACITY, HostLibrary, QgemmLaunch, QgemmProblem
 from .errors import KernelUnavailableError
 
+logger = logging.getLogger("qgemm")
 _lock = threading.Lock()
 _kernels: dict[tuple[KernelSpec, int], "Kernel"] = {}
 
@@ -112,7 +114,7 @@ class CallBuffers:
         self._launchers: dict[tuple[str, int], _driver.Launcher] = {}
 
     def launcher_for(self, kernel: Kernel, handle, launch: QgemmLaunch) -> _driver.Launcher:
-        key = (kernel.name, id(handle))
+        key = (id(kernel), id(handle))  # not kernel.name: a property built per call
         launcher = self._launchers.get(key)
         if launcher is None:
             launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]),
@@ -134,10 +136,11 @@ def get_kernel(spec: KernelSpec, target_sm: int) -> Kernel:
         artifact = find_artifact(spec, target_sm)
         if artifact is None:
             try:
-                print(f"qgemm: building {spec.name} for sm{target_sm} (first use; cached afterwards)",
-                      file=sys.stderr, flush=True)
+                # A warning, so that it shows without logging set up: the call stalls for the compile.
+                logger.warning("qgemm: building %s for sm%d (first use; cached afterwards; "
+                               "qgemm.prebuild or `qgemm build` does this ahead of time)", spec.name, target_sm)
                 artifact = build(spec, target_sm)
-            except ToolchainError as e:
+            except (ToolchainError, TemplatesNotFoundError, ImportError) as e:
                 raise KernelUnavailableError(
                     f"kernel {spec.name} is not built for sm{target_sm} and cannot be built here ({e}); "
                     f"run `qgemm build --sm {target_sm}` where nvcc is available"

@@ -128,6 +128,7 @@ class ConvInt8Plan:
         _checks.contiguous("w_q", w_q)
         if min(w_q.shape) < 1:
             raise ValueError(f"w_q must be non-empty [Co, Kh, Kw, Ci], got shape {tuple(w_q.shape)}")
+        _checks.index_limit("w_q's element count", w_q.numel(), MAX_ELEMENTS, "CUTLASS's 32-bit tensor offsets")
         _checks.aligned("w_q", w_q, 16, "16-byte filter loads")
         if not isinstance(quant, ConvInt8Quant):
             raise TypeError(f"quant must be a qgemm.ConvInt8Quant, got {type(quant).__name__}")

@@ -94,6 +94,7 @@ class IntConvWeight:
         _checks.tensor("weight", weight, (torch.float16, torch.bfloat16, torch.float32, torch.float64), ndim=4)
         if bits not in (4, 8):
             raise ValueError(f"bits must be 4 or 8, got {bits!r}")
+        _checks.finite("weight", weight)  # a NaN/Inf would make its block's scale and offset non-finite
         co, c, r, s = weight.shape
         if block_size != -1 and (block_size not in BLOCK_SIZES or c % block_size):
             raise ValueError(f"block_size must be one of {BLOCK_SIZES} dividing C={c}, or -1, got {block_size!r}")
@@ -300,9 +301,12 @@ class FpAIntBConvPlan:
         if ho < 1 or wo < 1:
             raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
                              f"dilation {self.dilation} and padding {self.padding} allow")
-        for name, elements in (("x", n * h * w * self.in_channels), ("the output pixels", n * ho * wo)):
-            if elements > MAX_ELEMENTS:
-                raise ValueError(f"{name} has {elements} elements; the kernels address at most {MAX_ELEMENTS}")
+        # The implicit GEMM's gather and its row index are 32-bit (templates/include/qgemm/fpaintb/gemm.h,
+        # valid_conv); the output's addresses are 64-bit.
+        _checks.index_limit(f"x's element count (N*H*W*C for x of {(n, h, w, self.in_channels)})",
+                            n * h * w * self.in_channels, MAX_ELEMENTS, "32-bit gather offsets: split the batch")
+        _checks.index_limit(f"the output pixels (N*P*Q = {n}*{ho}*{wo})", n * ho * wo, MAX_ELEMENTS,
+                            "32-bit GEMM rows: split the batch")
         choice = choice or self.choice(n, h, w)
         spec = choice.spec
         if (spec.family, spec.act, spec.bits) != ("fpaintb_conv", self._act, self.weight.bits) or \

@@ -21,6 +21,7 @@ ReLU and ReLU6 fold into the clamp bounds: [Z_O, 127] and [Z_O, Z_O + round(6 / 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -44,14 +45,15 @@ class ConvInt8Quant:
     def __post_init__(self):
         for name in ("input_scale", "output_scale"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number (finite), got {value!r}")
         for name in ("input_zero", "output_zero"):
             value = getattr(self, name)
             if not isinstance(value, int) or not -128 <= value <= 127:
                 raise ValueError(f"{name} must be an int in [-128, 127], got {value!r}")
         _checks.tensor("weight_scale", self.weight_scale, (torch.float32, torch.float64, torch.float16), ndim=1)
-        if bool((self.weight_scale <= 0).any()):
+        _checks.finite("weight_scale", self.weight_scale)
+        if not bool((self.weight_scale > 0).all()):
             raise ValueError("weight_scale must be positive")
         _checks.one_of("activation", self.activation, ACTIVATIONS)
 
@@ -81,6 +83,7 @@ def requant_params(w_q: torch.Tensor, bias: torch.Tensor | None, quant: ConvInt8
     else:
         _checks.tensor("bias", bias, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=1)
         _checks.shape("bias", bias, (co,))
+        _checks.finite("bias", bias)  # int8 outputs cannot carry a NaN/Inf bias (float32's NaN -> int8 is undefined)
     multiplier = quant.input_scale * s_w / quant.output_scale
     weight_sum = w_q.double().sum(dim=(1, 2, 3))
     fused_bias = (-quant.input_zero * weight_sum + bias.double() / (quant.input_scale * s_w)
@@ -249,6 +252,7 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     layout): w_q int8 [Co, Kh, Kw, Ci] (the layout the kernels read) and S_W float32 [Co] with
     weight ~= S_W[n] * w_q[n]. Codes are in [-127, 127]; an all-zero channel gets scale 1."""
     _checks.tensor("weight", weight, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=4)
+    _checks.finite("weight", weight)  # a NaN/Inf would make its channel's scale non-finite
     w = weight.detach().float()
     amax = w.abs().amax(dim=(1, 2, 3))
     scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
@@ -257,7 +261,18 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_input(x: torch.Tensor, scale: float, zero: int) -> torch.Tensor:
-    """Per-tensor int8 of real-valued activations: clamp(round(x / S_I) + Z_I) (half to even)."""
+    """Per-tensor int8 of real-valued activations: clamp(round(x / S_I) + Z_I) (half to even).
+
+    int8 holds no NaN or Inf, and neither does the int8 conv's output, so a non-finite x cannot
+    reach the outputs as it would in a float convolution: it is refused with a ValueError instead of
+    becoming some code (a NaN's int8 conversion is undefined). The test reads one flag back (a device
+    sync); while a CUDA graph is being captured, where no sync is allowed, it is skipped (README:
+    NaN and Inf)."""
+    if x.is_floating_point() and not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"x holds NaN or Inf ({int((~torch.isfinite(x)).sum())} of {x.numel()} values): "
+                             f"int8 activations cannot carry them to the int8 conv's output; a float "
+                             f"convolution would return NaN/Inf there")
     return (torch.round(x.float() / scale) + zero).clamp(-128, 127).to(torch.int8)
 
 

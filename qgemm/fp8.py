@@ -55,6 +55,15 @@ def _check_k(name: str, k: int):
         raise ValueError(f"{name} (K) must be a positive multiple of {GROUP} (the scale block), got {k}")
 
 
+def _check_rows(name: str, m: int, k: int):
+    """M and the activation scales' element count (K / 128 x pitch) are 32-bit ints in the kernels
+    (M in the problem, the scale layout's index in the mainloop); N * K and M * N are not: strides
+    and TMA coordinates are 64-bit there."""
+    _checks.index_limit(f"{name} (M)", m)
+    _checks.index_limit(f"activation scales for M={m}, K={k} (K / 128 x M rounded up to 4)",
+                        (k // GROUP) * reference.fp8_scale_pitch(m))
+
+
 @dataclass(frozen=True)
 class Fp8Activations:
     """FP8 activations q [M, K] and their M-major scales [K / 128, pitch] (module docstring)."""
@@ -112,6 +121,7 @@ class Fp8Weight:
         if dtype not in FP8_DTYPES:
             raise TypeError(f"dtype must be one of {tuple(FP8_DTYPES)}, got {dtype}")
         _check_weight_shape("weight", *weight.shape)
+        _checks.finite("weight", weight)  # a NaN would hide in its block's scale (README: NaN and Inf)
         return cls(*reference.quantize_fp8_blocks(weight, dtype))
 
     @classmethod
@@ -123,6 +133,8 @@ class Fp8Weight:
         _checks.tensor("weight_scale_inv", weight_scale_inv, (torch.float32, torch.bfloat16, torch.float16), ndim=2)
         _checks.shape("weight_scale_inv", weight_scale_inv, (-(-n // GROUP), k // GROUP))
         _checks.same_device("weight_scale_inv", weight_scale_inv, weight.device)
+        _checks.finite("weight", weight)  # FP8 NaN codes (e4m3fn has no Inf; e5m2 has both)
+        _checks.finite("weight_scale_inv", weight_scale_inv)
         return cls(weight.contiguous(), weight_scale_inv.float().contiguous())
 
     def to(self, device) -> "Fp8Weight":
@@ -136,6 +148,8 @@ class Fp8Weight:
 def _check_weight_shape(name: str, n: int, k: int):
     if n <= 0:
         raise ValueError(f"{name} must have at least one row, got shape ({n}, {k})")
+    _checks.index_limit(f"{name}.shape[0] (N)", n)
+    _checks.index_limit(f"{name}.shape[1] (K)", k)
     _checks.multiple(f"{name}.shape[0] (N)", n, N_ALIGNMENT, "16-byte TMA rows of the output")
     _check_k(f"{name}.shape[1]", k)
 
@@ -184,6 +198,7 @@ def quantize_activations_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_
     if m == 0:
         raise ValueError("x must have at least one row, got shape (0, K)")
     _check_k("x.shape[1]", k)
+    _check_rows("x.shape[0]", m, k)
     _check_aligned("x", x)
     return _quantize(x, dtype)
 
@@ -268,6 +283,7 @@ class Fp8GemmPlan:
         _checks.contiguous("x", x)
         if x.shape[0] == 0 or x.shape[1] != self._k:
             raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
+        _check_rows("x.shape[0]", x.shape[0], self._k)
         _check_aligned("x", x)
         return self.gemm(_quantize(x, self.act_dtype), out)
 
@@ -317,6 +333,7 @@ class Fp8GemmPlan:
         m = xa.q.shape[0]
         if m == 0 or xa.q.shape[1] != self._k:
             raise ValueError(f"xa.q must have shape (M >= 1, {self._k}), got {tuple(xa.q.shape)}")
+        _check_rows("xa.q.shape[0]", m, self._k)
         _checks.contiguous("xa.q", xa.q)
         _check_aligned("xa.q", xa.q)
         _checks.tensor("xa.scale", xa.scale, (torch.float32,), ndim=2)

@@ -46,24 +46,51 @@ _WHAT = "qgemm FpA x IntB GEMM"
 class StreamKBuffers:
     """What a launch whose tiles are split between CTAs (stream-K) needs besides its operands: an
     FP32 partial buffer of two tiles per CTA, fresh per call, and the tile counters, which every
-    launch leaves zero, kept per stream so that streams never share them."""
+    launch leaves zero.
+
+    Eager calls keep the counters per stream: launches on one stream run in order, so they never
+    share counters in flight. A launch captured into a CUDA graph gets counters of its own, zeroed
+    inside the graph: the graph replays with the pointers it captured, and counters shared with
+    another graph (or with eager calls) on the stream of the capture would be counted by both when
+    the two replay at once on two streams; each CTA would then wait for tiles counted by the other
+    launch, a hang (issue 18).
+    """
 
     def __init__(self, device: torch.device):
         self.device = device
         self._counters: dict[int, torch.Tensor] = {}
+        self._lock = threading.Lock()
 
     def get(self, launch, tile: tuple, stream: int) -> tuple[torch.Tensor | None, int]:
         """(partial buffer, counters pointer) for this launch, (None, 0) when no tile is split. Keep
-        the buffer referenced until the launch is issued."""
+        the buffer referenced until the launch is issued (it also holds a captured launch's counters)."""
         if launch.workspace_bytes == 0:
             return None, 0
         tile_m, tile_n = tile[:2]
-        partial = torch.empty(launch.grid[0] * 2 * tile_m * tile_n, dtype=torch.float32, device=self.device)
-        counters = self._counters.get(stream)
-        if counters is None or counters.numel() < launch.workspace_bytes:
-            counters = self._counters[stream] = torch.zeros(launch.workspace_bytes, dtype=torch.uint8,
-                                                            device=self.device)
+        partial_floats = launch.grid[0] * 2 * tile_m * tile_n
+        if _capturing(self.device):
+            # One allocation from the graph's private pool: the partial tiles, then the counters,
+            # zeroed by a memset the graph replays. The returned view keeps the whole buffer alive.
+            counter_floats = -(-int(launch.workspace_bytes) // 4)
+            buffer = torch.empty(partial_floats + counter_floats, dtype=torch.float32, device=self.device)
+            counters = buffer[partial_floats:]
+            counters.zero_()
+            return buffer[:partial_floats], counters.data_ptr()
+        partial = torch.empty(partial_floats, dtype=torch.float32, device=self.device)
+        with self._lock:  # two threads on one stream must not make two sets
+            counters = self._counters.get(stream)
+            if counters is None or counters.numel() < launch.workspace_bytes:
+                counters = self._counters[stream] = torch.zeros(launch.workspace_bytes, dtype=torch.uint8,
+                                                                device=self.device)
         return partial, counters.data_ptr()
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether torch's current stream on `device` is capturing a CUDA graph."""
+    if device.index is None or device.index == torch.cuda.current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, ctas_slot: int = 2):
@@ -177,6 +204,8 @@ def _check_weight(weight: IntBWeight):
     lay = layout(weight.bits)
     k, n = weight.k, weight.n
     fpaintb_pack.check_packable("weight", k, n, lay)
+    _checks.index_limit("weight.k", k)  # the kernels take M, N, K as 32-bit ints (addresses are 64-bit)
+    _checks.index_limit("weight.n", n)
     _check_group_size(weight.group_size, k)
     _checks.tensor("weight.packed", weight.packed, (torch.uint8,), ndim=2)
     _checks.cuda_device("weight.packed", weight.packed)
@@ -318,6 +347,7 @@ class FpAIntBPlan:
         m = x.shape[0]
         if m == 0 or x.shape[1] != w.k:
             raise ValueError(f"x must have shape (M >= 1, {w.k}), got {tuple(x.shape)}")
+        _checks.index_limit("x.shape[0] (M)", m)
         _checks.aligned("x", x, 16, "16-byte loads")
         if out is not None:
             _checks.tensor("out", out, (self.act_dtype,), ndim=2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from cutlass_gen.catalog import catalog, fpaintb_conv_configs, fpaintb_gemm_configs
+from cutlass_gen.catalog import catalog, fpaintb_conv_configs, fpaintb_gemm_configs, w8a8_sm90_configs
 from cutlass_gen.specs import (
     ConvInt8Sm90Spec,
     ConvInt8Spec,
@@ -86,17 +86,25 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
     def spec(tile, swap_ab, scheduler="persistent"):
         return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue)
 
+    # Only the configurations the catalog builds for this block size (outputs and epilogues outside
+    # the catalog are built on first use, in the same configuration as the catalog's F16 kernel).
+    available = set(w8a8_sm90_configs(block_size))
+
+    def pick(tile, swap_ab, scheduler="persistent"):
+        if (tile, swap_ab, scheduler) not in available:
+            scheduler = "persistent"
+        return W8A8Sm90Choice(spec(tile, swap_ab, scheduler))
+
     weight_tiles = -(-n // 128)
     if m <= W8A8_SM90_SWAP_TILES_N[0]:
         streamk = weight_tiles < min(sm_count, W8A8_SM90_DECODE_STREAMK_TILES)
-        return W8A8Sm90Choice(spec((128, 16), True, "streamk" if streamk else "persistent"))
+        return pick((128, 16), True, "streamk" if streamk else "persistent")
     if m <= W8A8_SM90_SWAP_MAX_M:
-        fits = [t for t in W8A8_SM90_SWAP_TILES_N if weight_tiles * -(-m // t) <= sm_count]
-        return W8A8Sm90Choice(spec((128, fits[0] if fits else W8A8_SM90_SWAP_TILES_N[-1]), True))
+        swap_tiles = [t for t in W8A8_SM90_SWAP_TILES_N if ((128, t), True, "persistent") in available]
+        fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
+        return pick((128, fits[0] if fits else swap_tiles[-1]), True)
     tiles = -(-m // 128) * weight_tiles
-    if tiles < sm_count:
-        return W8A8Sm90Choice(spec((128, 128), False, "streamk"))
-    return W8A8Sm90Choice(spec((128, 128), False))
+    return pick((128, 128), False, "streamk" if tiles < sm_count else "persistent")
 
 
 # --- FP8 blockwise (sm90) ----------------------------------------------------------------------
@@ -127,7 +135,7 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 FP8_SWAP_TILES_N = (16, 32, 64)
 FP8_NARROW_WEIGHT = 4096
 FP8_SHORT_K = 512
-RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N = 0, 1, 2
+RASTER_HEURISTIC, RASTER_ALONG_M = 0, 1  # ext[0] of the FP8 kernels; 2 (along N) is never chosen
 
 
 @dataclass(frozen=True)

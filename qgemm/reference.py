@@ -188,14 +188,18 @@ def quantize_fp8_groups(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3f
     scale = max(|x|, eps) / fp8_max, q = fp8(clamp(x * (fp8_max / amax))).
 
     x [M, K] -> q [M, K] FP8 and sx float32 [K / 128, pitch] (M-major, pitch = fp8_scale_pitch(M);
-    columns M.. are padding), with x ~= sx[k // 128, m] * q[m, k].
+    columns M.. are padding), with x ~= sx[k // 128, m] * q[m, k]. A group holding NaN or Inf gets a
+    NaN scale and q = 0 (as the W8A8 quantizers), so the non-finite value reaches its row's outputs.
     """
     m, k = x.shape
     if k % FP8_GROUP:
         raise ValueError(f"K={k} must be a multiple of {FP8_GROUP}")
     groups = x.float().reshape(m, k // FP8_GROUP, FP8_GROUP)
+    finite = torch.isfinite(groups).all(dim=2)
+    groups = torch.where(finite[..., None], groups, 0.0)
     amax = groups.abs().amax(dim=2).clamp_min(FP8_EPS)
     scale, inv = _fp8_scales(amax, dtype)
+    scale = torch.where(finite, scale, float("nan"))
     q = (groups * inv[..., None]).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype).reshape(m, k)
     sx = torch.zeros((k // FP8_GROUP, fp8_scale_pitch(m)), dtype=torch.float32, device=x.device)
     sx[:, :m] = scale.t()

@@ -106,6 +106,7 @@ class W8A8Weight:
         _checks.one_of("scheme", scheme, SCHEMES)
         _checks.tensor("weight", weight, (torch.float32, torch.float16, torch.bfloat16), ndim=2)
         _check_shape_nk("weight", *weight.shape, block_size)
+        _checks.finite("weight", weight)
         if scheme == "symmetric":
             q, scale_inv = reference.quantize_weight_blocks_symmetric(weight, block_size)
             return cls(q, scale_inv, None, None, block_size, "symmetric")
@@ -125,6 +126,7 @@ class W8A8Weight:
             _checks.tensor(name, t, (torch.float32, torch.float16, torch.bfloat16), ndim=2)
             _checks.shape(name, t, (n, k // block_size))
             _checks.same_device(name, t, qweight.device)
+            _checks.finite(name, t)
         qsum = qweight.reshape(n, k // block_size, block_size).sum(dim=2, dtype=torch.int32)
         return cls(qweight.contiguous(), scale.float().t().contiguous(), offset.float().t().contiguous(),
                    qsum.float().t().contiguous(), block_size)
@@ -142,6 +144,7 @@ class W8A8Weight:
         _checks.tensor("weight_scale_inv", weight_scale_inv, (torch.float32, torch.bfloat16, torch.float16), ndim=2)
         _checks.shape("weight_scale_inv", weight_scale_inv, (-(-n // WEIGHT_BLOCK_N), k // block_size))
         _checks.same_device("weight_scale_inv", weight_scale_inv, weight.device)
+        _checks.finite("weight_scale_inv", weight_scale_inv)
         return cls(weight.contiguous(), weight_scale_inv.float().contiguous(), None, None, block_size, "symmetric")
 
     def to(self, device) -> "W8A8Weight":
@@ -161,6 +164,8 @@ def _check_shape_nk(name: str, n: int, k: int, block_size: int):
         raise ValueError(f"{name} must be non-empty, got shape ({n}, {k})")
     _checks.multiple(f"{name}.shape[0] (N)", n, N_ALIGNMENT, "CUTLASS epilogue alignment")
     _checks.multiple(f"{name}.shape[1] (K)", k, block_size, f"block_size={block_size}")
+    _checks.index_limit(f"{name}.shape[0] (N)", n)
+    _checks.index_limit(f"{name}.shape[1] (K)", k)
 
 
 class _ActQuantLauncher:
@@ -170,25 +175,41 @@ class _ActQuantLauncher:
         self._call = CallBuffers()
         self._problem = QgemmProblem()
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+        self._kernels: dict = {}  # (device index, dtype, symmetric) -> kernel
+        self._launches: dict = {}  # (kernel name, m, k, block_size) -> QgemmLaunch
 
-    def __call__(self, x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
+    def _kernel(self, device: torch.device, dtype: torch.dtype, symmetric: bool):
+        key = (device.index, dtype, symmetric)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            target = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
+            kernel = self._kernels[key] = get_kernel(ActQuantSpec(INPUT_DTYPES[dtype], symmetric=symmetric), target)
+        return kernel
+
+    def quantize(self, x: torch.Tensor, block_size: int, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Launch on x (checked by the caller): q int8 [M, K] and the vectors [1 or 3, K/bs, M]
+        (scale; offset, qsum). The hot path of plan(x): no views, no per-call kernel lookup."""
         m, k = x.shape
         device = x.device
-        target = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
-        kernel = get_kernel(ActQuantSpec(INPUT_DTYPES[x.dtype], symmetric=symmetric), target)
+        kernel = self._kernel(device, x.dtype, symmetric)
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
         vecs = torch.empty((1 if symmetric else 3, blocks, m), dtype=torch.float32, device=device)
         stream = current_stream(device.index)
+        base, step = vecs.data_ptr(), blocks * m * 4
         with self._lock:
             p = self._problem
             p.m, p.n, p.k = m, 0, k
             p.ext[0] = block_size
-            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), vecs[0].data_ptr()
-            p.ptr[3], p.ptr[4] = (None, None) if symmetric else (vecs[1].data_ptr(), vecs[2].data_ptr())
+            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), base
+            p.ptr[3], p.ptr[4] = (None, None) if symmetric else (base + step, base + 2 * step)
             p.ld[0], p.ld[1] = k, k
-            launch = kernel.plan(p)
+            launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: kernel.plan(p))
             kernel.launch(p, launch, device.index, stream, 0, self._call)
+        return q, vecs
+
+    def __call__(self, x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
+        q, vecs = self.quantize(x, block_size, symmetric)
         if symmetric:
             return QuantizedActivations(q, vecs[0], None, None, block_size)
         return QuantizedActivations(q, vecs[0], vecs[1], vecs[2], block_size)
@@ -212,6 +233,7 @@ def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = Fal
     if m == 0:
         raise ValueError("x must have at least one row, got shape (0, K)")
     _checks.multiple("x.shape[1] (K)", k, block_size, f"block_size={block_size}")
+    _checks.index_limit("x.shape[0] (M)", m)
     return _act_quant(x, block_size, symmetric)
 
 
@@ -331,9 +353,22 @@ class W8A8GemmPlan:
         _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
         _checks.cuda_device("x", x, self.device)
         _checks.contiguous("x", x)
-        if x.shape[0] == 0 or x.shape[1] != self._k:
+        m = x.shape[0]
+        if m == 0 or x.shape[1] != self._k:
             raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
-        return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)
+        _checks.index_limit("x.shape[0] (M)", m)
+        if self.launch_mode != "sm90":
+            return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)
+        if out is not None and not self._valid_out(out, m):
+            self._check_out(out, m)
+        q, vecs = _act_quant.quantize(x, self.weight.block_size, self.scheme == "symmetric")
+        if out is None:
+            out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
+        step = vecs.shape[1] * m * 4
+        base = vecs.data_ptr()
+        offsets = (None, None) if self.scheme == "symmetric" else (base + step, base + 2 * step)
+        self._launch_sm90(q.data_ptr(), base, *offsets, out, m, None)
+        return out
 
     def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized by quantize_activations (with the
@@ -352,6 +387,10 @@ class W8A8GemmPlan:
         return out
 
     def _gemm_sm90(self, xq, out, m: int, choice):
+        offsets = (None, None) if xq.offset is None else (xq.offset.data_ptr(), xq.qsum.data_ptr())
+        self._launch_sm90(xq.q.data_ptr(), xq.scale.data_ptr(), *offsets, out, m, choice)
+
+    def _launch_sm90(self, q: int, scale: int, offset, qsum, out: torch.Tensor, m: int, choice):
         if choice is None:
             kernel, launch, choice = cached(self._per_m, m, lambda: self._prepare_sm90(m, None))
         else:
@@ -361,9 +400,9 @@ class W8A8GemmPlan:
         with self._lock:
             p = self._problem
             self._fill_sm90(p, m, choice)
-            p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
-            if xq.offset is not None:
-                p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
+            p.ptr[0], p.ptr[2] = q, scale
+            if offset is not None:
+                p.ptr[3], p.ptr[4] = offset, qsum
             p.ptr[10] = out.data_ptr()
             kernel.launch(p, launch, self._device_index, stream,
                           workspace.data_ptr() if workspace is not None else 0, self._call)
@@ -425,7 +464,7 @@ class W8A8GemmPlan:
         if q.dtype != torch.int8 or q.dim() != 2 or q.device != self.device or not q.is_contiguous():
             return False
         m = q.shape[0]
-        if m == 0 or q.shape[1] != self._k:
+        if m == 0 or q.shape[1] != self._k or m > _checks.INT32_LIMIT:
             return False
         vec_shape = (self._blocks, m)
         vectors = (xq.scale,) if xq.offset is None else (xq.scale, xq.offset, xq.qsum)
@@ -433,11 +472,19 @@ class W8A8GemmPlan:
             if (t.dtype != torch.float32 or t.shape != vec_shape or t.device != self.device
                     or not t.is_contiguous()):
                 return False
-        if out is not None and (out.dtype != self.out_dtype or out.shape != (m, self._n)
-                                or out.device != self.device or not out.is_contiguous()
-                                or out.data_ptr() % 16):
-            return False
-        return True
+        return out is None or self._valid_out(out, m)
+
+    def _valid_out(self, out, m: int) -> bool:
+        return (type(out) is torch.Tensor and out.dtype == self.out_dtype and out.shape == (m, self._n)
+                and out.device == self.device and out.is_contiguous() and out.data_ptr() % 16 == 0)
+
+    def _check_out(self, out, m: int):
+        _checks.tensor("out", out, (self.out_dtype,), ndim=2)
+        _checks.shape("out", out, (m, self._n))
+        _checks.cuda_device("out", out, self.device)
+        _checks.contiguous("out", out)
+        _checks.aligned("out", out, 16, "16-byte output rows")
+        raise AssertionError("_valid_out rejected an out that _check_out accepts")
 
     def _check_gemm_args(self, xq, out):
         if not isinstance(xq, QuantizedActivations):
@@ -461,12 +508,9 @@ class W8A8GemmPlan:
             _checks.shape(f"xq.{name}", t, (self._blocks, m))
             _checks.cuda_device(f"xq.{name}", t, self.device)
             _checks.contiguous(f"xq.{name}", t)
+        _checks.index_limit("xq.q.shape[0] (M)", m)
         if out is not None:
-            _checks.tensor("out", out, (self.out_dtype,), ndim=2)
-            _checks.shape("out", out, (m, w.n))
-            _checks.cuda_device("out", out, self.device)
-            _checks.contiguous("out", out)
-            _checks.aligned("out", out, 16, "16-byte output rows")
+            self._check_out(out, m)
         raise AssertionError("_valid_fast rejected arguments that _check_gemm_args accepts")
 
 

@@ -175,6 +175,7 @@ def quantize_rtn(weight: torch.Tensor, bits: int = 4, group_size: int = 128, sym
     n, k = weight.shape
     if k == 0 or n == 0:
         raise ValueError(f"weight must be non-empty [N, K], got shape {tuple(weight.shape)}")
+    _checks.finite("weight", weight)  # a NaN/Inf would turn its group's scale non-finite (README: NaN and Inf)
     if group_size == -1:
         group_size = k
     _check_group_size("group_size", group_size, k)
@@ -398,3 +399,114 @@ def pack_awq(w: IntWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         qweight |= u[:, col::8] << (4 * i)                      # column 8c + AWQ_ORDER[i]
         qzeros |= zero[:, col::8] << (4 * i)
     return _to_int32(qweight), _to_int32(qzeros), w.scale
+
+
+# --- compressed-tensors pack-quantized ----------------------------------------------------------
+
+def _unpack_ct(words: torch.Tensor, bits: int, length: int, dim: int) -> torch.Tensor:
+    """compressed-tensors' pack_to_int32 undone: int32 words packed along `dim` (field i of word c
+    holds element c * (32 // bits) + i), the padding past `length` dropped. Returns the stored
+    unsigned values (signed value + 2**(bits - 1)) as int64."""
+    fields = _unpack_words(words.transpose(0, 1) if dim == 0 else words, bits)      # [R, W, p]
+    flat = fields.reshape(fields.shape[0], -1)
+    if flat.shape[1] < length:
+        raise ValueError(f"packed words hold {flat.shape[1]} values along dim {dim}, fewer than the {length} "
+                         f"of the weight")
+    flat = flat[:, :length].long()
+    return flat.transpose(0, 1) if dim == 0 else flat
+
+
+def from_compressed_tensors(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
+                            weight_zero_point: torch.Tensor | None = None, weight_g_idx: torch.Tensor | None = None,
+                            num_bits: int = 4, weight_shape=None) -> IntWeight:
+    """compressed-tensors `pack-quantized` tensors (int4/int8, group or channel strategy) -> IntWeight.
+
+    The format's definition (compressed_tensors pack_to_int32), with p = 32 // num_bits:
+      weight_packed     int32 [N, ceil(K / p)], packed along K: bits [num_bits*i, ...) of word c of row n
+                        hold q[n, c*p + i] + 2**(num_bits - 1) (the signed code made unsigned), zero padded
+      weight_scale      float16/bfloat16 [N, K / g] (channel strategy: [N, 1])
+      weight_zero_point None/absent for symmetric weights (zero point 0); asymmetric: int32
+                        [ceil(N / p), K / g] packed the same way along N (dim 0), or an unpacked int8
+                        [N, K / g] (older writers); the zero point is signed like q
+      weight_g_idx      int32/int64 [K] or None: the group of each input column (act-order)
+      weight_shape      [N, K] (the tensor the format stores), needed when K is not a multiple of p
+      w[n, k] = (q[n, k] - zero_point[n, g_idx[k]]) * weight_scale[n, g_idx[k]]
+    With u = q + 2**(bits-1) and zero = zero_point + 2**(bits-1) that is IntWeight's form.
+    """
+    _check_bits("num_bits", num_bits)
+    per_word = 32 // num_bits
+    _checks.tensor("weight_packed", weight_packed, (torch.int32,), ndim=2)
+    n = weight_packed.shape[0]
+    if weight_shape is not None:
+        shape = [int(v) for v in (weight_shape.tolist() if isinstance(weight_shape, torch.Tensor) else weight_shape)]
+        if len(shape) != 2 or shape[0] != n or not 0 < shape[1] <= weight_packed.shape[1] * per_word:
+            raise ValueError(f"weight_shape must be [N={n}, K] with K <= {weight_packed.shape[1] * per_word} "
+                             f"(weight_packed {tuple(weight_packed.shape)}), got {shape}")
+        k = shape[1]
+    else:
+        k = weight_packed.shape[1] * per_word
+    if k == 0 or n == 0:
+        raise ValueError(f"weight_packed must be non-empty [N, K / {per_word}], got shape {tuple(weight_packed.shape)}")
+    _checks.tensor("weight_scale", weight_scale, SCALE_DTYPES, ndim=2)
+    if weight_scale.shape[0] != n:
+        raise ValueError(f"weight_scale must be [N, K / group_size] with N={n} (weight_packed.shape[0]), got "
+                         f"shape {tuple(weight_scale.shape)}")
+    _check_device("weight_scale", weight_scale, weight_packed.device, "weight_packed")
+    scales = weight_scale.t().contiguous()                                    # [G, N]
+    g = _group_count(scales, k)
+    groups = k // g
+    half = 2 ** (num_bits - 1)
+    u = _unpack_ct(weight_packed, num_bits, k, 1).t()                         # [K, N] unsigned
+    zero = None
+    if weight_zero_point is not None:
+        _check_device("weight_zero_point", weight_zero_point, weight_packed.device, "weight_packed")
+        if weight_zero_point.dtype == torch.int32:
+            _check_shape("weight_zero_point", weight_zero_point, (-(-n // per_word), groups),
+                         f"[ceil(N / {per_word}), K / group_size], packed along N")
+            zero = _unpack_ct(weight_zero_point, num_bits, n, 0).t()          # [G, N] unsigned
+        else:
+            _checks.tensor("weight_zero_point", weight_zero_point, (torch.int32, torch.int8), ndim=2)
+            _check_shape("weight_zero_point", weight_zero_point, (n, groups), "[N, K / group_size], unpacked")
+            zero = weight_zero_point.t().long() + half
+            if bool(((zero < 0) | (zero >= 2 * half)).any()):
+                raise ValueError(f"weight_zero_point holds values outside the int{num_bits} range "
+                                 f"[{-half}, {half - 1}]")
+        zero = zero.to(torch.uint8).contiguous()
+    perm = None
+    if weight_g_idx is not None:
+        perm = _act_order_perm(weight_g_idx, k, g, groups, weight_packed.device)
+        if perm is not None:
+            u = u.index_select(0, perm)
+    return IntWeight(u.to(torch.uint8).contiguous(), scales, zero, num_bits, g, perm)
+
+
+def pack_compressed_tensors(w: IntWeight) -> dict[str, torch.Tensor]:
+    """IntWeight -> compressed-tensors pack-quantized tensors as from_compressed_tensors defines
+    them (weight_packed, weight_scale, weight_shape; weight_zero_point packed along N where w has
+    zeros; weight_g_idx where w has an act-order perm). For tests."""
+    if not isinstance(w, IntWeight):
+        raise TypeError(f"w must be a qgemm.wq_format.IntWeight, got {type(w).__name__}")
+    bits, per_word, k, n, g = w.bits, 32 // w.bits, w.k, w.n, w.group_size
+    u = w.u.long()
+    g_idx = _default_g_idx(k, g, u.device)
+    if w.perm is not None:
+        u = torch.empty_like(u).index_copy_(0, w.perm, u)
+        g_idx = torch.empty_like(g_idx).index_copy_(0, w.perm, g_idx)
+    rows = u.t()                                                              # [N, K], unsigned
+    pad = -k % per_word
+    rows = torch.cat([rows, rows.new_zeros(n, pad)], dim=1)
+    packed = torch.zeros(n, rows.shape[1] // per_word, dtype=torch.int64, device=u.device)
+    for i in range(per_word):
+        packed |= rows[:, i::per_word] << (bits * i)
+    out = {"weight_packed": _to_int32(packed), "weight_scale": w.scale.t().contiguous(),
+           "weight_shape": torch.tensor([n, k], dtype=torch.int32)}
+    if w.zero is not None:
+        zero = w.zero.long().t()                                              # [N, G] unsigned
+        zero = torch.cat([zero, zero.new_zeros(-n % per_word, zero.shape[1])], dim=0)
+        packed_zero = torch.zeros(zero.shape[0] // per_word, zero.shape[1], dtype=torch.int64, device=u.device)
+        for i in range(per_word):
+            packed_zero |= zero[i::per_word, :] << (bits * i)
+        out["weight_zero_point"] = _to_int32(packed_zero)
+    if w.perm is not None:
+        out["weight_g_idx"] = g_idx.to(torch.int32)
+    return out

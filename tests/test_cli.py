@@ -88,3 +88,81 @@ def test_build_with_no_matching_kernels_fails(tmp_cache, capsys):
     assert cli.main(["build", "--sm", "75", "--kernels", "nomatch*"]) == 1
     assert "no kernels match" in capsys.readouterr().err
     assert not tmp_cache.exists()
+
+
+# --- exit codes, --sm auto, the cache (issue 17) ------------------------------------------------------
+
+def test_list_with_no_match_fails_with_a_message(capsys):
+    assert cli.main(["list", "--sm", "80", "--family", "w8a8_gemm", "--kernels", "nomatch*"]) == 1
+    assert "no kernels match sm80 family=w8a8_gemm kernels=nomatch*" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["70", "sm80", ""])
+def test_bad_sm_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["build", "--sm", value])
+    assert exc.value.code == 2
+    assert "choose from auto, 75, 80, 90" in capsys.readouterr().err
+
+
+def fake_gpu(monkeypatch, capability):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: capability is not None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+
+
+@pytest.mark.parametrize("capability, target", [((9, 0), 90), ((8, 9), 80), ((12, 0), 80), ((7, 5), 75)])
+def test_sm_auto_takes_the_gpus_target(monkeypatch, capsys, capability, target):
+    """`--sm auto` (the default) asks the current GPU, and maps it as the runtime does."""
+    fake_gpu(monkeypatch, capability)
+    assert cli.main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [s.name for s in catalog(target)]
+    assert f"sm{target} build" in captured.err
+
+
+def test_sm_auto_without_a_gpu_fails_clearly(monkeypatch, tmp_cache, capsys):
+    fake_gpu(monkeypatch, None)
+    assert cli.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert "no CUDA GPU is visible" in err and "--sm 75|80|90" in err
+    assert not tmp_cache.exists()
+
+
+def test_sm_auto_on_a_gpu_too_old(monkeypatch, capsys):
+    fake_gpu(monkeypatch, (7, 0))
+    assert cli.main(["build", "--sm", "auto"]) == 1
+    assert "Fake GPU) is sm_70; qgemm's kernels need sm_75 or newer" in capsys.readouterr().err
+
+
+def test_build_exit_codes_and_manifest(tmp_cache, fake_nvcc, monkeypatch, capsys):
+    """0 and a manifest on success; 1 with the nvcc error when a compile fails (the others still built)."""
+    assert cli.main(["build", "--sm", "75", "--family", "act_quant", "-j", "2"]) == 0
+    assert f"manifest: {tmp_cache / 'manifest-sm75.json'}" in capsys.readouterr().out
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "qgemm_act_quant_sm75_f16_s8_sym")
+    assert cli.main(["build", "--sm", "80", "--family", "act_quant", "-j", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "qgemm build: nvcc failed for qgemm_act_quant_sm75_f16_s8_sym" in err
+    assert "built 5/6 kernels for sm80" in err
+
+
+def test_render_and_check_outside_a_source_tree_need_out(monkeypatch, tmp_path, capsys):
+    import cutlass_gen.paths as paths
+
+    monkeypatch.setattr(paths, "in_source_tree", lambda: False)
+    for command in ("render", "check"):
+        assert cli.main([command]) == 1
+        assert "pass --out FOLDER" in capsys.readouterr().err
+    assert cli.main(["render", "--out", str(tmp_path / "g")]) == 0
+    assert cli.main(["check", "--out", str(tmp_path / "g")]) == 0
+
+
+def test_missing_templates_fail_clearly(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("QGEMM_TEMPLATES", str(tmp_path / "nothing-here"))
+    assert cli.main(["render", "--out", str(tmp_path / "g")]) == 1
+    err = capsys.readouterr().err
+    assert "QGEMM_TEMPLATES=" in err and "does not hold qgemm's templates" in err
+    assert "Traceback" not in err

@@ -268,8 +268,10 @@ def test_module_from_float(fake_gpu):
     conv = torch.nn.Conv2d(32, 16, 3, stride=2, padding=1)
     layer = qgemm.nn.IntWeightConv2d.from_float(conv, bits=8, block_size=-1, activation="relu6")
     assert (layer.in_channels, layer.out_channels, layer.bits) == (32, 16, 8)
-    assert layer.weight.shape == (16, 3, 3, 32) and layer.bias.dtype == torch.float16
-    assert layer.plan.stride == (2, 2) and layer.plan.padding == (1, 1) and layer.plan.activation == "relu6"
+    assert layer.weight.shape == (16, 3, 3, 32) and layer.bias.dtype == torch.float32
+    plan = layer.plan(torch.float16)  # made on demand (forward makes it on the first CUDA input)
+    assert plan.stride == (2, 2) and plan.padding == (1, 1) and plan.activation == "relu6"
+    assert plan.bias.dtype == torch.float16
     assert "int8, block_size=-1, activation=relu6" in repr(layer)
 
 

@@ -174,4 +174,4 @@ def test_module_in_place_of_nn_conv2d():
     x = randn(2, 64, 12, 10, dtype=torch.float32, seed=12)
     y = layer(x)
     assert y.shape == (2, 32, 12, 10) and y.dtype == torch.float32
-    assert rel_err(y.permute(0, 2, 3, 1), reference(x.permute(0, 2, 3, 1), layer.plan)) < BOUND[torch.float16]
+    assert rel_err(y.permute(0, 2, 3, 1), reference(x.permute(0, 2, 3, 1), layer.plan(torch.float16))) < BOUND[torch.float16]

@@ -505,7 +505,7 @@ def test_quant_conv2d_from_float(fake_gpu):
     assert torch.equal(layer_.weight, w_q) and w_q.shape == (8, 3, 3, 16)
     assert torch.allclose(scale.view(-1, 1, 1, 1) * w_q.permute(0, 3, 1, 2).float(), conv.weight, atol=scale.max() / 2)
     x = torch.randn(2, 9, 9, 16)
-    y = layer_(x)
+    y = layer_._forward_impl(x)  # the kernel path (a CPU x alone would take the reference path)
     assert y.dtype == torch.int8 and y.shape == (2, 5, 5, 8)
     (problem,) = [p for k in kernels.values() for p in k.problems]
     assert problem.scalar[0] == -3  # ReLU: clamp at Z_O
@@ -531,8 +531,10 @@ def test_plan_needs_a_cuda_weight():
         qgemm.ConvInt8Plan(w_q, quant)
     with pytest.raises(ValueError, match="w_q must be on a CUDA device"):
         qgemm.conv2d_int8(x_nhwc(), w_q, quant)
-    with pytest.raises(ValueError, match="conv.weight must be on a CUDA device"):
-        qgemm.nn.QuantConv2d.from_float(torch.nn.Conv2d(16, 8, 3), 0.1, 0, 0.1, 0)
+    # The module builds on the CPU (and runs its reference path there); its plan needs the GPU.
+    module = qgemm.nn.QuantConv2d.from_float(torch.nn.Conv2d(16, 8, 3), 0.1, 0, 0.1, 0)
+    with pytest.raises(ValueError, match="w_q must be on a CUDA device"):
+        module.plan()
 
 
 def _misaligned(t: torch.Tensor) -> torch.Tensor:

@@ -277,7 +277,7 @@ def test_from_deepseek_checks_scale_shape():
 
 
 def test_fp8_linear_module_checks_input_shape(fake_sm90):
-    module = qgemm.nn.Fp8Linear(fp8_weight(256, 256))
+    module = qgemm.nn.Fp8Linear.from_weight(fp8_weight(256, 256))
     assert "in_features=256, out_features=256" in repr(module)
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 256\), got \(2, 128\)"):
         module(torch.randn(2, 128))

@@ -459,7 +459,7 @@ def test_one_shot_and_module_reject(fake_gpu):
     fake_gpu()
     with pytest.raises(TypeError, match="x must have dtype float16, bfloat16; got float32"):
         qgemm.fpaintb_linear(torch.zeros(2, 256), int_weight())
-    layer = qgemm.nn.QuantLinear(int_weight())
+    layer = qgemm.nn.QuantLinear.from_weight(int_weight())
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 256\), got \(2, 128\)"):
         layer(torch.zeros(2, 128, dtype=torch.float16))
     with pytest.raises(TypeError, match="x must be float16 or bfloat16, got torch.float32"):
@@ -467,4 +467,4 @@ def test_one_shot_and_module_reject(fake_gpu):
     with pytest.raises(TypeError, match="linear must be a torch.nn.Linear, got Conv2d"):
         qgemm.nn.QuantLinear.from_float(torch.nn.Conv2d(1, 1, 1))
     with pytest.raises(TypeError, match="weight must be a qgemm.IntBWeight, got Tensor"):
-        qgemm.nn.QuantLinear(torch.zeros(8, 8))
+        qgemm.nn.QuantLinear.from_weight(torch.zeros(8, 8))

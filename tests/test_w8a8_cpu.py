@@ -265,7 +265,8 @@ def test_quantize_activations_checks_k_after_device(fake_sm90):
 
 def test_plan_picks_kernel_by_shape(fake_sm90, cpu_weight):
     """Block size 64 on sm90: the Sm90 kernels, swapped with a 16-token tile for decode-sized M and
-    the 128 x 128 tile (stream-K: 1 tile for 132 SMs) beyond; the chained reference path keeps the
+    the 128 x 128 tile beyond (persistent: the catalog has stream-K kernels for block 128 only, and
+    the heuristic never picks a kernel outside it); the chained reference path keeps the
     Ampere kernels, with the 32x128 tile for decode-sized M."""
     plan = W8A8GemmPlan(cpu_weight, out_dtype=torch.float32)
     assert plan.launch_mode == "sm90"
@@ -273,7 +274,7 @@ def test_plan_picks_kernel_by_shape(fake_sm90, cpu_weight):
     assert (spec.family, spec.tile, spec.swap_ab, spec.block_size, spec.output) == \
         ("w8a8_gemm_sm90", (128, 16), True, 64, "f32")
     spec = plan.kernel_spec(100)
-    assert (spec.tile, spec.swap_ab, spec.scheduler) == ((128, 128), False, "streamk")
+    assert (spec.tile, spec.swap_ab, spec.scheduler) == ((128, 128), False, "persistent")
     chained = W8A8GemmPlan(cpu_weight, out_dtype=torch.float32, launch_mode="chained")
     spec = chained.kernel_spec(1)
     assert (spec.arch, spec.tile[:2], spec.output) == (80, (32, 128), "f32")

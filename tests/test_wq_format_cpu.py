@@ -414,3 +414,66 @@ def test_from_signed_adds_the_bias():
         wq_format.from_signed(torch.full((16, 256), 9, dtype=torch.int8), scale, bits=4)
     with pytest.raises(ValueError, match="scale must have shape"):
         wq_format.from_signed(q, torch.ones(3, 16, dtype=torch.half))
+
+
+# --- compressed-tensors pack-quantized ---------------------------------------------------------------
+
+def test_compressed_tensors_hand_checked_word():
+    """pack_to_int32's definition by hand: row n's word c holds q[n, 8c + i] + 8 in nibble i (int4),
+    zero points packed the same way along N."""
+    k, n = 8, 8
+    q = torch.tensor([[-8, -1, 0, 1, 2, 3, 4, 7]] * n, dtype=torch.int64)    # signed codes [N, K]
+    word = sum(((v + 8) & 0xF) << (4 * i) for i, v in enumerate([-8, -1, 0, 1, 2, 3, 4, 7]))
+    packed = torch.full((n, 1), as_int32(word), dtype=torch.int32)
+    scale = torch.full((n, 1), 0.5, dtype=torch.float16)
+    zp = torch.arange(-4, 4, dtype=torch.int64)                                # one group, per row n
+    zp_word = sum(((v + 8) & 0xF) << (4 * i) for i, v in enumerate(zp.tolist()))
+    w = wq_format.from_compressed_tensors(packed, scale, torch.tensor([[as_int32(zp_word)]], dtype=torch.int32),
+                                          num_bits=4, weight_shape=torch.tensor([n, k]))
+    assert (w.k, w.n, w.group_size) == (8, 8, 8)
+    expected = (q.double() - zp.double().view(n, 1)) * 0.5                    # [N, K]
+    assert torch.equal(w.dequantize(), expected.t())
+    sym = wq_format.from_compressed_tensors(packed, scale, num_bits=4)
+    assert sym.zero is None and torch.equal(sym.dequantize(), (q.double() * 0.5).t())
+
+
+@pytest.mark.parametrize("bits,g,zeros,act_order,k", [(4, 32, True, False, 128), (4, 64, False, True, 128),
+                                                      (8, 128, True, False, 256), (8, 256, False, False, 256),
+                                                      (4, 20, True, False, 40)])
+def test_compressed_tensors_round_trip(bits, g, zeros, act_order, k):
+    n = 12
+    w = random_int_weight(k, n, bits, g, seed=7, symmetric=not zeros)
+    if act_order:
+        # act-order as checkpoints make it: rows sorted stably by a random group assignment
+        perm = torch.argsort(torch.randperm(k, generator=gen(8)) // g, stable=True)
+        w = IntWeight(w.u, w.scale, w.zero, bits, g, perm)
+    tensors = wq_format.pack_compressed_tensors(w)
+    assert tensors["weight_packed"].shape == (n, -(-k // (32 // bits)))
+    assert ("weight_zero_point" in tensors) == zeros and ("weight_g_idx" in tensors) == act_order
+    if zeros:
+        assert tensors["weight_zero_point"].shape == (-(-n // (32 // bits)), k // g)
+    back = wq_format.from_compressed_tensors(tensors["weight_packed"], tensors["weight_scale"],
+                                             tensors.get("weight_zero_point"), tensors.get("weight_g_idx"), bits,
+                                             tensors["weight_shape"])
+    assert_same_weight(back, w)
+    if act_order:
+        assert torch.equal(back.perm, w.perm)
+    # an unpacked int8 zero point (older writers) means the same
+    if zeros:
+        signed = (w.zero.t().to(torch.int16) - 2 ** (bits - 1)).to(torch.int8)
+        again = wq_format.from_compressed_tensors(tensors["weight_packed"], tensors["weight_scale"], signed, None,
+                                                  bits, tensors["weight_shape"])
+        assert torch.equal(again.zero, w.zero)
+
+
+def test_compressed_tensors_rejects():
+    packed = torch.zeros(8, 4, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"weight_scale must be \[N, K / group_size\] with N=8"):
+        wq_format.from_compressed_tensors(packed, torch.ones(4, 1, dtype=torch.float16))
+    with pytest.raises(ValueError, match="weight_shape must be"):
+        wq_format.from_compressed_tensors(packed, torch.ones(8, 1, dtype=torch.float16), weight_shape=[8, 64])
+    with pytest.raises(ValueError, match="weight_zero_point must have shape"):
+        wq_format.from_compressed_tensors(packed, torch.ones(8, 1, dtype=torch.float16),
+                                          torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="num_bits must be one of"):
+        wq_format.from_compressed_tensors(packed, torch.ones(8, 1, dtype=torch.float16), num_bits=2)

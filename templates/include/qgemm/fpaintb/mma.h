@@ -59,10 +59,13 @@ struct Mma<__nv_bfloat16, 80> {
 // Epilogue activations (runtime choice: they only touch the output once).
 enum Activation : int { kIdentity = 0, kRelu = 1, kSilu = 2, kGelu = 3, kRelu6 = 4 };
 
+// ReLU that keeps NaN, as torch.relu does: fmaxf(NaN, 0) is 0 and would hide a NaN activation.
+__device__ __forceinline__ float relu_keep_nan(float v) { return v > 0.f ? v : (v != v ? v : 0.f); }
+
 __device__ __forceinline__ float activate(float v, int activation) {
   switch (activation) {
-    case kRelu: return fmaxf(v, 0.f);
-    case kRelu6: return fminf(fmaxf(v, 0.f), 6.f);
+    case kRelu: return relu_keep_nan(v);
+    case kRelu6: return v != v ? v : fminf(fmaxf(v, 0.f), 6.f);  // fminf/fmaxf drop NaN: keep it first
     case kSilu: return v / (1.f + __expf(-v));
     case kGelu: return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));  // exact (erf) GELU, as torch's default
     default: return v;

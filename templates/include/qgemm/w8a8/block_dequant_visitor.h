@@ -211,7 +211,9 @@ class BlockDequantVisitor {
         Fragment clamped;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < Fragment::kElements; ++i) {
-          clamped[i] = fminf(fmaxf(contribution_[s][i], params_.args.clamp_min), params_.args.clamp_max);
+          // fminf/fmaxf would turn a NaN (a row whose activations held NaN/Inf) into a bound.
+          float v = contribution_[s][i];
+          clamped[i] = v != v ? v : fminf(fmaxf(v, params_.args.clamp_min), params_.args.clamp_max);
         }
         output.store(convert(clamped));
         ++output;

@@ -422,6 +422,12 @@ struct Sm90BlockPromoteMma {
   // Consumer warp groups: per stage, per promotion, the block's WGMMAs into the int32
   // temporaries, then their promotion into `accum` (FP32). The other warp group's WGMMAs (or,
   // ping-pong, the other tile's) keep the tensor cores busy while this one promotes.
+  // Not two temporaries (issue block i+1's WGMMAs, then promote block i): ptxas 13.0 serializes
+  // every WGMMA of such a loop (C7514: "non wgmma instructions reading accumulator registers of a
+  // wgmma between start and end of the pipeline stage"), and it measured 857 TOPS against ~980 on
+  // the H100 at M = 4096. Overlap within a warp group needs the promotion outside the WGMMA
+  // pipeline's register window (e.g. copy the finished temporary out first, as DeepGEMM's FP8
+  // kernels keep one warp group's promotion opposite the other's WGMMAs).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
                           int thread_idx, TensorStorage& shared_tensors, Params const& params) {

@@ -1,0 +1,47 @@
+"""Build, in parallel, the W8A8 kernels of the catalog (act_quant, the chained w8a8_gemm, the Sm90
+w8a8_gemm_sm90) and those outside it that the GPU tests use: outputs and epilogues the catalog
+leaves to first use (otherwise each is built during the test run, one at a time).
+
+    python benchmarks/prebuild_w8a8.py [-j 16] [--families act_quant,w8a8_gemm,w8a8_gemm_sm90]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from cutlass_gen.build import build_many, find_artifact
+from cutlass_gen.catalog import catalog
+from cutlass_gen.specs import W8A8Sm90Spec
+
+
+def test_specs() -> list:
+    """tests/test_w8a8_sm90_gpu.py beyond the catalog: bias/activation over every output and both
+    epilogues (M = 33: the swapped 128 x 16 tile), deep K in FP32 (stream-K 128 x 128), the chained
+    path's agreement test (block 64, FP32)."""
+    specs = [W8A8Sm90Spec((128, 16), 128, scheme, output, "cooperative", "persistent", True, epilogue)
+             for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
+             for epilogue in ("clamp", "silu")]
+    specs += [W8A8Sm90Spec((128, 128), 128, scheme, "f32", "cooperative", "streamk")
+              for scheme in ("symmetric", "asymmetric")]
+    specs += [W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32")]
+    return specs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-j", type=int, default=16)
+    ap.add_argument("--sm", type=int, default=90)
+    ap.add_argument("--families", default="act_quant,w8a8_gemm,w8a8_gemm_sm90")
+    ap.add_argument("--no-tests", action="store_true", help="the catalog only")
+    args = ap.parse_args()
+    specs = {s for f in args.families.split(",") for s in catalog(args.sm, f)}
+    if not args.no_tests and args.sm == 90:
+        specs |= set(test_specs())
+    missing = [s for s in sorted(specs, key=lambda s: s.name) if find_artifact(s, args.sm) is None]
+    t0 = time.time()
+    build_many(missing, args.sm, jobs=args.j, progress=lambda line: None)
+    print(f"prebuilt {len(missing)} of {len(specs)} W8A8 kernels for sm{args.sm} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -281,7 +281,7 @@ FPAINTB_SM90_TILES = [
 @dataclass(frozen=True)
 class FpAIntBSm90Choice:
     """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..4]):
-    raster order (RASTER_*), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
+    raster order (0 CUTLASS's heuristic, 1 along M, 2 along N of the kernel's own M, N), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
     (0: CUTLASS's heuristic decomposition)."""
 
     spec: FpAIntBSm90Spec
@@ -292,7 +292,7 @@ class FpAIntBSm90Choice:
     def __post_init__(self):
         if not isinstance(self.spec, FpAIntBSm90Spec):
             raise TypeError(f"spec must be a FpAIntBSm90Spec, got {type(self.spec).__name__}")
-        if self.raster not in (RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N) or self.swizzle not in (1, 2, 4, 8):
+        if self.raster not in (0, 1, 2) or self.swizzle not in (1, 2, 4, 8):  # ext[2]: heuristic, along M, along N
             raise ValueError(f"raster must be 0, 1 or 2 and swizzle 1, 2, 4 or 8, got {self.raster} and {self.swizzle}")
         if not 0 <= self.splits <= 64 or (self.splits > 1 and self.spec.scheduler != "streamk"):
             raise ValueError(f"splits must be in [0, 64], and above 1 only on a stream-K kernel, got {self.splits} "

@@ -1,18 +1,27 @@
-"""FpA x IntB (W4A16 / W8A16) against cuBLAS FP16 and torch's int4 tinygemm, in one run.
+"""FpA x IntB (W4A16 / W8A16) against cuBLAS FP16/BF16 and torch's int4 tinygemm, in one run.
 
-    python benchmarks/bench_fpaintb.py [--sweep] [--json out.json] [--quick] [--nk KxN ...] [--m M ...]
+    python benchmarks/bench_fpaintb.py [--sweep [sm90|sm80|all]] [--json out.json] [--quick]
+                                       [--nk KxN ...] [--m M ...] [--no-bf16]
 
-Columns (microseconds per call, GPU time under CUDA-graph replay, as in bench_fp8.py):
-  int4      qgemm, INT4 weights, group 128, symmetric, FP16 activations (heuristics.fpaintb_choice)
+Every time is GPU time per call (microseconds) under CUDA-graph replay with the layer's weights
+rotated through at least 4x the L2 size (benchmarks/timing.py bench_graph_rotating: a model's
+consecutive layers never find their weights in L2). Columns:
+  int4      qgemm plan, INT4 weights, group 128, symmetric, FP16 activations (its own choice: on sm90
+            the Sm90 kernel from heuristics.FPAINTB_SM90_MIN_M rows)
+  i4sm80    the same plan with sm90=False (the Sm80 kernels and dequantize + cuBLAS)
   int8      qgemm, INT8 weights, one scale per output channel, FP16 activations
   cublas    torch.matmul with the FP16 weight (cuBLAS)
+  bf16      qgemm INT4 group 128 with BF16 activations; cub16: cuBLAS BF16 (ratio column bf/c)
   tinygemm  torch._weight_int4pack_mm, BF16 activations, INT4 group 128
   floor4    INT4 weight + scale + activation + output bytes over the measured copy bandwidth
-Ratios: cublas / int4 and tinygemm / int4 (> 1: qgemm faster); int4 / floor4.
-With --sweep, the tiled GEMM's shapes and split-K counts, the small-M kernel and the dequantize
-path are timed too (INT4 and INT8), and the fastest is printed: the table heuristics.fpaintb_choice
-was set from. Kernel labels: g<tile>s<stages>c<CTAs per SM, stream-K> tiled GEMM, m<rows>n<cols>wk<warps>... small-M
-kernel, dequant+cuBLAS.
+Ratios: cublas / int4, tinygemm / int4 (> 1: qgemm faster), int4 / floor4, cublas / int8, cuBLAS BF16 /
+qgemm BF16.
+--sweep sm90 times every Sm90 catalog kernel plus the sweep-only configurations
+(cutlass_gen/catalog.py FPAINTB_SM90_SWEEP_CONFIGS) with stream-K split counts, for INT4 and INT8 (FP16
+activations): the data heuristics.FPAINTB_SM90_* are set from. --sweep sm80 times the tiled GEMM's shapes
+and split-K counts, the small-M kernel and the dequantize path (the table heuristics.fpaintb_choice was
+set from). Kernel labels: s90<tile>[pp][sk<splits>] Sm90 kernel (pp ping-pong, sk stream-K), g<tile>s<stages>
+c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel, dequant+cuBLAS.
 """
 from __future__ import annotations
 
@@ -22,13 +31,15 @@ import json
 import torch
 
 import qgemm
-from cutlass_gen.build import build_many
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from cutlass_gen.build import build_many, find_artifact
+from cutlass_gen.catalog import fpaintb_sm90_specs
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
 from qgemm import heuristics
-from timing import copy_bandwidth, geomean, host_us, timed
+from timing import copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed_rotating
 
 SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]
-MS = [1, 16, 64, 256, 4096]
+MS = [1, 16, 32, 64, 128, 256, 1024, 4096]
+SM90_SPLITS = (0, 2, 4)  # stream-K kernels: CUTLASS's heuristic decomposition, then split-K slices
 
 
 # Tiled GEMM shapes the sweep times, by the largest M they serve: (tile, warp, stages).
@@ -70,8 +81,22 @@ def sweep_choices(bits: int, m: int, n: int, k: int, sm_count: int) -> list:
     return choices
 
 
+def sm90_sweep_choices(bits: int) -> list:
+    """Every Sm90 kernel of the catalog and of the sweep list (FP16), stream-K ones with split counts."""
+    choices = []
+    for spec in fpaintb_sm90_specs("f16", bits, sweep=True):
+        splits = SM90_SPLITS if spec.scheduler == "streamk" else (0,)
+        choices += [heuristics.FpAIntBSm90Choice(spec, splits=sk) for sk in splits]
+    return choices
+
+
 def label(choice) -> str:
     spec = choice.spec
+    if isinstance(spec, FpAIntBSm90Spec):
+        tm, tn = spec.tile
+        pp = "pp" if spec.schedule == "pingpong" else ""
+        sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
+        return f"s90{tm}x{tn}{pp}{sk}"
     if isinstance(spec, FpAIntBDequantSpec):
         return "dequant+cuBLAS"
     if isinstance(spec, FpAIntBGemmSpec):
@@ -92,43 +117,74 @@ def tinygemm(x_bf16, n, k, group=128):
 
 
 
-def run(shapes, ms, sweep: bool) -> dict:
+def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> dict:
     torch.manual_seed(0)
     bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    if sweep:  # build the sweep's kernels in parallel up front (they are outside the catalog)
-        specs = {c.spec for bits in (4, 8) for m in ms for k, n in shapes
-                 for c in sweep_choices(bits, m, n, k, sm_count)}
-        build_many(sorted(specs, key=lambda s: s.name), 90, jobs=16, progress=lambda line: None)
+    on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+    unbuilt = set()
+    if sweep:  # build the sweep's kernels in parallel up front (many are outside the catalog)
+        specs = set()
+        if sweep in ("sm80", "all"):
+            specs |= {c.spec for bits in sweep_bits for m in ms for k, n in shapes
+                      for c in sweep_choices(bits, m, n, k, sm_count)}
+        if sweep in ("sm90", "all") and on_sm90:
+            specs |= {c.spec for bits in sweep_bits for c in sm90_sweep_choices(bits)}
+        target = 90 if on_sm90 else 80
+        try:
+            build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
+        except Exception as e:  # time what did build; the table says which failed
+            unbuilt = {s.name for s in specs if find_artifact(s, target) is None}
+            print(f"  ({len(unbuilt)} sweep kernels failed to build, skipped: {str(e).splitlines()[0][:200]})")
     rows = []
     for k, n in shapes:
-        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-        plans = {4: qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 4, 128)),
-                 8: qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 8, -1))}
+        copies = rotation_count(n * k // 2)       # int4 weights (the int8 ones are twice as large: fewer
+        copies8 = rotation_count(n * k)           # copies reach 4x L2 as well)
+        copies16 = rotation_count(2 * n * k)      # FP16 weights
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02 for _ in range(copies16)]
+        w4 = [qgemm.IntBWeight.from_float(ws[i % copies16], 4, 128) for i in range(copies)]
+        plans = {4: [qgemm.FpAIntBPlan(w) for w in w4],
+                 8: [qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(ws[i % copies16], 8, -1)) for i in range(copies8)]}
+        plans_sm80 = [qgemm.FpAIntBPlan(w, sm90=False) for w in w4] if on_sm90 else []
+        plans_bf16 = [qgemm.FpAIntBPlan(w, act_dtype=torch.bfloat16) for w in w4] if bf16 else []
+        wb = [w.to(torch.bfloat16) for w in ws] if bf16 else []
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            row = {"m": m, "n": n, "k": k}
-            for bits, plan in plans.items():
-                row[f"int{bits}_us"] = timed(lambda: plan(x))
-                row[f"int{bits}_kernel"] = label(plan.choice(m))
-                if sweep:
+            row = {"m": m, "n": n, "k": k, "copies": copies}
+            for bits, ps in plans.items():
+                row[f"int{bits}_us"] = timed_rotating([lambda p=p: p(x) for p in ps])
+                row[f"int{bits}_kernel"] = label(ps[0].choice(m))
+                if sweep and bits in sweep_bits:
                     sweep_times = {}
-                    for choice in sweep_choices(bits, m, n, k, sm_count):
-                        sweep_times[label(choice)] = timed(lambda: plan(x, choice=choice))
-                    best = min(sweep_times, key=lambda key: sweep_times[key])
+                    choices = []
+                    if sweep in ("sm80", "all"):
+                        choices += sweep_choices(bits, m, n, k, sm_count)
+                    if sweep in ("sm90", "all") and on_sm90:
+                        choices += sm90_sweep_choices(bits)
+                    for choice in [c for c in choices if c.spec.name not in unbuilt]:
+                        sweep_times[label(choice)] = timed_rotating([lambda p=p, c=choice: p(x, choice=c) for p in ps])
+                    timed_ok = {key: v for key, v in sweep_times.items() if v == v}
+                    best = min(timed_ok, key=lambda key: timed_ok[key]) if timed_ok else "none"
                     row[f"int{bits}_sweep"] = sweep_times
-                    row[f"int{bits}_best"] = (best, sweep_times[best])
-            row["cublas_us"] = timed(lambda: torch.matmul(x, w.t()))
+                    row[f"int{bits}_best"] = (best, timed_ok.get(best, float("nan")))
+            if plans_sm80:
+                row["int4_sm80_us"] = timed_rotating([lambda p=p: p(x) for p in plans_sm80])
+                row["int4_sm80_kernel"] = label(plans_sm80[0].choice(m))
+            row["cublas_us"] = timed_rotating([lambda v=v: torch.matmul(x, v.t()) for v in ws])
             xb = x.to(torch.bfloat16)
-            row["tinygemm_us"] = timed(tinygemm(xb, n, k))
+            if bf16:
+                row["bf16_us"] = timed_rotating([lambda p=p: p(xb) for p in plans_bf16])
+                row["bf16_kernel"] = label(plans_bf16[0].choice(m))
+                row["cublas_bf16_us"] = timed_rotating([lambda v=v: torch.matmul(xb, v.t()) for v in wb])
+            row["tinygemm_us"] = timed_rotating([tinygemm(xb, n, k) for _ in range(copies)])
             weight_bytes = n * k // 2 + (k // 128) * n * 2
             row["floor4_us"] = (weight_bytes + m * k * 2 + m * n * 2) / bw * 1e6
             rows.append(row)
             print(_fmt(row), flush=True)
-        del w, plans
+        del ws, w4, plans, plans_sm80, plans_bf16, wb
         torch.cuda.empty_cache()
-    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "rows": rows,
-            "host_overhead_us_per_call": host_overhead_us(), "summary": summary(rows)}
+    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_MiB": l2_bytes() >> 20,
+            "rows": rows, "host_overhead_us_per_call": host_overhead_us(), "summary": summary(rows)}
 
 
 def host_overhead_us() -> float:
@@ -148,45 +204,60 @@ def summary(rows) -> dict:
         out[m] = {"int4_vs_cublas": geomean([r["cublas_us"] / r["int4_us"] for r in sel]),
                   "int4_vs_tinygemm": geomean([r["tinygemm_us"] / r["int4_us"] for r in sel]),
                   "int8_vs_cublas": geomean([r["cublas_us"] / r["int8_us"] for r in sel]),
-                  "int4_over_floor": geomean([r["int4_us"] / r["floor4_us"] for r in sel])}
+                  "int4_over_floor": geomean([r["int4_us"] / r["floor4_us"] for r in sel]),
+                  "int4_sm80_vs_cublas": geomean([r["cublas_us"] / r["int4_sm80_us"] for r in sel if "int4_sm80_us" in r]),
+                  "bf16_vs_cublas_bf16": geomean([r["cublas_bf16_us"] / r["bf16_us"] for r in sel if "bf16_us" in r])}
     return out
 
 
-HEADER = (f"{'M':>5} {'K':>6} {'N':>6} | {'int4':>8} {'int8':>8} {'cublas':>8} {'tinygemm':>8} {'floor4':>7} | "
-          f"{'cub/i4':>6} {'tg/i4':>6} {'i4/fl':>6} {'cub/i8':>6} | kernels int4, int8")
+HEADER = (f"{'M':>5} {'K':>6} {'N':>6} | {'int4':>8} {'i4sm80':>8} {'int8':>8} {'cublas':>8} {'bf16':>8} {'cub16':>8} "
+          f"{'tinygemm':>8} {'floor4':>7} | {'cub/i4':>6} {'tg/i4':>6} {'i4/fl':>6} {'cub/i8':>6} {'bf/c':>6} | "
+          f"kernels int4, int8, bf16")
 
 
 def _fmt(r: dict) -> str:
+    nan = float("nan")
     best = ""
-    if "int4_best" in r:
-        best = f" | best int4 {r['int4_best'][0]} {r['int4_best'][1]:.1f}, int8 {r['int8_best'][0]} {r['int8_best'][1]:.1f}"
-    return (f"{r['m']:>5} {r['k']:>6} {r['n']:>6} | {r['int4_us']:>8.1f} {r['int8_us']:>8.1f} {r['cublas_us']:>8.1f} "
-            f"{r['tinygemm_us']:>8.1f} {r['floor4_us']:>7.1f} | {r['cublas_us'] / r['int4_us']:>5.2f}x "
-            f"{r['tinygemm_us'] / r['int4_us']:>5.2f}x {r['int4_us'] / r['floor4_us']:>5.2f}x "
-            f"{r['cublas_us'] / r['int8_us']:>5.2f}x | {r['int4_kernel']}, {r['int8_kernel']}{best}")
+    for bits in (4, 8):
+        if f"int{bits}_best" in r:
+            best += f" | best int{bits} {r[f'int{bits}_best'][0]} {r[f'int{bits}_best'][1]:.1f}"
+    sm80, bf, cb = r.get("int4_sm80_us", nan), r.get("bf16_us", nan), r.get("cublas_bf16_us", nan)
+    return (f"{r['m']:>5} {r['k']:>6} {r['n']:>6} | {r['int4_us']:>8.1f} {sm80:>8.1f} {r['int8_us']:>8.1f} "
+            f"{r['cublas_us']:>8.1f} {bf:>8.1f} {cb:>8.1f} {r['tinygemm_us']:>8.1f} {r['floor4_us']:>7.1f} | "
+            f"{r['cublas_us'] / r['int4_us']:>5.2f}x {r['tinygemm_us'] / r['int4_us']:>5.2f}x "
+            f"{r['int4_us'] / r['floor4_us']:>5.2f}x {r['cublas_us'] / r['int8_us']:>5.2f}x {cb / bf:>5.2f}x | "
+            f"{r['int4_kernel']}, {r['int8_kernel']}, {r.get('bf16_kernel', '-')}{best}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench_fpaintb.json")
-    ap.add_argument("--sweep", action="store_true", help="time every small-M configuration too")
+    ap.add_argument("--sweep", nargs="?", const="sm90", choices=("sm90", "sm80", "all"),
+                    help="also time every kernel configuration of that path (default sm90)")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the BF16 columns")
+    ap.add_argument("--sweep-bits", type=int, action="append", choices=(4, 8),
+                    help="sweep only these weight widths (default both)")
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
     print(HEADER)
-    result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep)
+    result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
+                 tuple(args.sweep_bits or (4, 8)))
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s; times in us; "
+    print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
+          f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us; "
           f"host overhead {result['host_overhead_us_per_call']:.1f} us per plan call")
     print(HEADER)
     for r in result["rows"]:
         print(_fmt(r))
     for m, s in result["summary"].items():
-        print(f"M={m:>5}: int4 vs cuBLAS {s['int4_vs_cublas']:.2f}x, vs tinygemm {s['int4_vs_tinygemm']:.2f}x, "
-              f"int4/floor {s['int4_over_floor']:.2f}x, int8 vs cuBLAS {s['int8_vs_cublas']:.2f}x (geomeans)")
+        print(f"M={m:>5}: int4 vs cuBLAS {s['int4_vs_cublas']:.2f}x (Sm80 path {s['int4_sm80_vs_cublas']:.2f}x), "
+              f"vs tinygemm {s['int4_vs_tinygemm']:.2f}x, int4/floor {s['int4_over_floor']:.2f}x, "
+              f"int8 vs cuBLAS {s['int8_vs_cublas']:.2f}x, BF16 int4 vs cuBLAS BF16 {s['bf16_vs_cublas_bf16']:.2f}x "
+              f"(geomeans)")
 
 
 if __name__ == "__main__":

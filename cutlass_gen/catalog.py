@@ -16,6 +16,7 @@ from .specs import (
     FpAIntBDequantSpec,
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
+    FpAIntBSm90Spec,
     KernelSpec,
     W8A8GemmSpec,
     W8A8PromoteSpec,
@@ -177,6 +178,43 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
     return [FpAIntBDequantSpec(act, bits, arch) for act in acts for bits in (4, 8)]
 
 
+# FpA x IntB on Sm90 (CUTLASS's mixed-input WGMMA collective; the weight is WGMMA's A, tokens on the
+# kernel's N): what qgemm/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8,
+# as (tile (weight rows, tokens), schedule, scheduler): a 64-token tile for batches up to 64 and a
+# 128-token one up to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition runs
+# whole waves data-parallel and splits only what does not fill the GPU), and 128 x 256 persistent for
+# large batches. Every kernel costs about a minute of CI build time, so the catalog stays at these 12;
+# FPAINTB_SM90_SWEEP_CONFIGS adds the narrower and ping-pong tiles for benchmarks/bench_fpaintb.py
+# --sweep (built on first use, or with `qgemm build` on a spec list), not in the CI build.
+FPAINTB_SM90_CONFIGS = [
+    ((128, 64), "cooperative", "streamk"),
+    ((128, 128), "cooperative", "streamk"),
+    ((128, 256), "cooperative", "persistent"),
+]
+FPAINTB_SM90_SWEEP_CONFIGS = [
+    ((128, 16), "cooperative", "streamk"),
+    ((128, 32), "cooperative", "streamk"),
+    ((128, 64), "cooperative", "persistent"),
+    ((128, 128), "cooperative", "persistent"),
+    ((128, 256), "cooperative", "streamk"),
+    ((64, 64), "pingpong", "persistent"),
+    ((64, 128), "pingpong", "persistent"),
+]
+
+
+def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntBSm90Spec]:
+    """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width (with
+    sweep, also the benchmark-only configurations)."""
+    configs = FPAINTB_SM90_CONFIGS + (FPAINTB_SM90_SWEEP_CONFIGS if sweep else [])
+    return [FpAIntBSm90Spec(act, bits, tile, schedule, scheduler) for tile, schedule, scheduler in configs]
+
+
+def _fpaintb_gemm_sm90(target_sm: int) -> list[KernelSpec]:
+    if target_sm < 90:
+        return []
+    return [spec for act in ("f16", "bf16") for bits in (4, 8) for spec in fpaintb_sm90_specs(act, bits)]
+
+
 # Int8 conv2d (qgemm/heuristics.py conv_int8_choice picks among these, its comments give the
 # measurements), as (arch, tile, warp, stages, alignment, iterator): channels in multiples of 16 on
 # 128 x 128 for large batches with more than 128 output channels, 128 x 64 for those with at most 128,
@@ -274,6 +312,7 @@ _FAMILY_CATALOGS = {
     FpAIntBGemmSpec.family: _fpaintb_gemm,
     FpAIntBDequantSpec.family: _fpaintb_dequant,
     FpAIntBConvSpec.family: _fpaintb_conv,
+    FpAIntBSm90Spec.family: _fpaintb_gemm_sm90,
     ConvInt8Spec.family: _conv2d_int8,
     ConvInt8Sm90Spec.family: _conv2d_int8_sm90,
     W8A8PromoteSpec.family: _w8a8_promote,

@@ -79,3 +79,94 @@ def layout(bits: int) -> WeightLayout:
     if bits not in LAYOUTS:
         raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
     return LAYOUTS[bits]
+
+
+# --- Sm90 (WGMMA mixed-input) layout -------------------------------------------------------------
+#
+# The Sm90 kernel (FpAIntBSm90Spec, CUTLASS 3.x's mixed-input collective) reads the weight as its A
+# operand, [rows = N, K] K-major, converts it in registers and feeds it to a register-sourced WGMMA.
+# Its byte order is CUTLASS's memory reordering atom (cutlass/util/mixed_dtype_utils.hpp
+# compute_memory_reordering_atom, in templates/include/qgemm/fpaintb/sm90_layout.hpp) with the value
+# shuffle of CUTLASS's fast converters:
+#
+# 1. Atoms of 16 rows x 16 K, 256 codes each: one warp's A fragment of one 64 x 16 x 16 WGMMA. The
+#    warp's lane t = (row % 8) * 4 + (k % 8) // 2 owns 8 values, v = k % 2 + 2 * (row // 8 % 2) +
+#    4 * (k // 8 % 2), stored next to each other at 8 t + position(v), so one 32-bit (int4) or 64-bit
+#    (int8) shared-memory load gives a thread its whole fragment.
+# 2. Inside those 8 values the converter order: int4 (0, 2, 4, 6, 1, 3, 5, 7) and int8 per 32-bit word
+#    (0, 2, 1, 3), as in the Ampere layout (`word_order`): position p holds value word_order[p].
+# 3. Atoms numbered along rows first: atom (row // 16, k // 16) starts at code
+#    256 * (row // 16 + rows_padded / 16 * (k // 16)). Rows are padded with zero codes to a multiple
+#    of 128, the largest tile M (the kernel never stores the padded rows' outputs): CuTe tiles the
+#    hierarchical row mode ((8, 2), rows / 16) by the tile M only when the tile divides it.
+# 4. Codes are two's complement signed, q = u - 2**(bits - 1) (int4: u ^ 8, int8: u ^ 0x80), little end
+#    first within a byte for int4 (code 2i in the low nibble of byte i).
+#
+# The collective computes w = q * scale + zero' in the activation type; the packer turns qgemm's zero
+# points into zero' = scale * (2**(bits-1) - zero) (zero' = 0 for symmetric weights), so
+# w = (u - zero) * scale as everywhere else. Scales and zero' are [K / g, N] row-major in the
+# activation type.
+
+@dataclass(frozen=True)
+class Sm90WeightLayout:
+    bits: int
+    word_order: tuple            # position p of a 32-bit word holds value word_order[p] of that word
+    atom_rows: int = 16
+    atom_k: int = 16
+    values_per_thread: int = 8
+    tile_k: int = 64             # the kernel's K tile (128 bytes of 16-bit activations): K a multiple
+    row_padding: int = 128       # rows are padded to a multiple of the largest tile M
+
+    @property
+    def atom_codes(self) -> int:
+        return self.atom_rows * self.atom_k
+
+    @property
+    def k_alignment(self) -> int:
+        return self.tile_k
+
+    @property
+    def n_alignment(self) -> int:
+        """N must be a multiple of this: 16-byte rows of the output, the scales and zero'."""
+        return 8
+
+    def rows_padded(self, n: int) -> int:
+        return -(-n // self.row_padding) * self.row_padding
+
+    def packed_shape(self, k: int, n: int) -> tuple[int]:
+        return (self.rows_padded(n) * k * self.bits // 8,)
+
+    @property
+    def code_bias(self) -> int:
+        """u - code_bias is the signed code the kernel reads."""
+        return 2 ** (self.bits - 1)
+
+    def value_position(self, v: int) -> int:
+        """Where value v (0..7) of a thread's fragment is stored among its 8 slots."""
+        per_word = 32 // self.bits
+        word, i = divmod(v, per_word)
+        return word * per_word + self.word_order.index(i)
+
+    def offset(self, row: int, k: int, n: int) -> int:
+        """The code index (in codes, not bytes) of weight element (row, k) for N = n."""
+        r, kk = row % self.atom_rows, k % self.atom_k
+        thread = (r % 8) * 4 + (kk % 8) // 2
+        value = kk % 2 + 2 * (r // 8) + 4 * (kk // 8)
+        atom = row // self.atom_rows + self.rows_padded(n) // self.atom_rows * (k // self.atom_k)
+        return atom * self.atom_codes + thread * self.values_per_thread + self.value_position(value)
+
+    def template_values(self) -> dict:
+        return {"bits": self.bits, "atom_rows": self.atom_rows, "atom_k": self.atom_k, "tile_k": self.tile_k,
+                "row_padding": self.row_padding, "code_bias": self.code_bias}
+
+
+SM90_LAYOUTS = {
+    4: Sm90WeightLayout(4, word_order=(0, 2, 4, 6, 1, 3, 5, 7)),
+    8: Sm90WeightLayout(8, word_order=(0, 2, 1, 3)),
+}
+
+
+def sm90_layout(bits: int) -> Sm90WeightLayout:
+    if bits not in SM90_LAYOUTS:
+        raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
+    return SM90_LAYOUTS[bits]

@@ -881,10 +881,90 @@ class W8A8PromoteSpec(KernelSpec):
         return (f"qgemm_w8a8_promote_sm{self.arch}_s8s8_{self.output}_{scheme}"
                 f"_{tm}x{tn}x{tk}_w{self.warp[0]}x{self.warp[1]}_s{self.stages}")
 
+
+@dataclass(frozen=True)
+class FpAIntBSm90Spec(KernelSpec):
+    """FP16/BF16 activations x INT4/INT8 weights on Sm90: CUTLASS 3.x's mixed-input collective
+    (cutlass/gemm/collective/sm90_mma_tma_gmma_rs_warpspecialized_mixed_input.hpp): TMA loads of the
+    activations, of the packed codes and of each group's scales and zero', the codes converted in
+    registers by CUTLASS's shuffle converters into w = q * scale + zero' and fed to register-sourced
+    WGMMAs (FP32 accumulation), warp-specialized producer and consumers, persistent (stream-K when
+    asked), with an epilogue visitor tree for bias and a run-time activation.
+
+    The collective needs the narrow operand K-major and in registers, which makes it WGMMA's A: the
+    kernel computes out^T = W^T x^T, its M over the weight's N (output channels) and its N over the
+    tokens, so `tile` is (weight rows, tokens): 128 rows for the cooperative schedule (two consumer
+    warp groups of 64), 64 for ping-pong; a narrow token tile serves a small batch. Its D is
+    column-major [N, M], which is out [M, N] row-major. The weight is
+    cutlass_gen/fpaintb_layout.py's Sm90WeightLayout.
+    """
+
+    family: ClassVar[str] = "fpaintb_gemm_sm90"
+    template: ClassVar[str] = "fpaintb_gemm_sm90.cu.j2"
+    SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
+    SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
+    TILE_N: ClassVar[tuple] = (16, 32, 64, 128, 256)
+    TILE_K: ClassVar[int] = 64  # 128 bytes of 16-bit activations: the 128-byte swizzle
+
+    act: str
+    bits: int
+    tile: tuple
+    schedule: str = "cooperative"
+    scheduler: str = "persistent"
+    arch: int = 90
+
+    def __post_init__(self):
+        tile = tuple(int(v) for v in self.tile)
+        object.__setattr__(self, "tile", tile)
+        if self.arch != 90:
+            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        if self.act not in ACT_TYPES:
+            raise ValueError(f"act must be one of {ACT_TYPES}, got {self.act!r}")
+        if self.bits not in fpaintb_layout.BITS:
+            raise ValueError(f"bits must be one of {fpaintb_layout.BITS}, got {self.bits!r}")
+        if len(tile) != 2:
+            raise ValueError(f"tile is a (weight rows, tokens) pair, got {self.tile!r}")
+        for what, value, allowed in (("schedule", self.schedule, self.SCHEDULES),
+                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("tile N", tile[1], self.TILE_N)):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
+        rows = {"cooperative": 128, "pingpong": 64}[self.schedule]
+        if tile[0] != rows:
+            raise ValueError(f"tile M (weight rows) must be {rows} with the {self.schedule} schedule: 64 rows per "
+                             f"consumer warp group, got {tile[0]}")
+        # Each consumer thread holds tile N / 2 FP32 accumulators per 64 rows beside the converted
+        # weight fragments; past 128 (a 64 x 256 warp-group tile) the register-sourced mainloop spills.
+        if self.schedule == "pingpong" and tile[1] > 128:
+            raise ValueError(f"tile N must be at most 128 with the pingpong schedule (registers), got {tile[1]}")
+        if self.schedule == "pingpong" and self.scheduler == "streamk":
+            raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
+
+    @property
+    def act_ctype(self) -> str:
+        return CTYPES[self.act]
+
+    @property
+    def layout(self) -> fpaintb_layout.Sm90WeightLayout:
+        return fpaintb_layout.sm90_layout(self.bits)
+
+    @staticmethod
+    def supports_group_size(group_size: int, k: int) -> bool:
+        """The collective reads one scale row per K tile: groups of whole K tiles, or K itself."""
+        return group_size == k or (group_size > 0 and group_size % FpAIntBSm90Spec.TILE_K == 0)
+
+    def template_context(self) -> dict:
+        return {"layout": self.layout}
+
+    @property
+    def name(self) -> str:
+        tm, tn = self.tile
+        return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.TILE_K}_c1x1"
+                f"_{self.schedule}_{self.scheduler}")
+
+
 FAMILIES = {cls.family: cls for cls in (W8A8GemmSpec, W8A8Sm90Spec, ActQuantSpec, Fp8BlockwiseGemmSpec, Fp8ActQuantSpec,
                                         FpAIntBGemvSpec, FpAIntBGemmSpec, FpAIntBDequantSpec, ConvInt8Spec,
-                                        FpAIntBConvSpec, ConvInt8Sm90Spec,
-                                        W8A8PromoteSpec)}
+                                        FpAIntBConvSpec, ConvInt8Sm90Spec, W8A8PromoteSpec, FpAIntBSm90Spec)}
 
 
 def spec_from_dict(d: dict) -> KernelSpec:

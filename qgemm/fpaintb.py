@@ -8,13 +8,18 @@ or the symmetric 2**(bits-1) when the weight has none; g is the group size along
 cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
 (qgemm.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
 global memory, the tiled GEMM (shared-memory pipeline, split-K), or, for large M, dequantization
-into FP16/BF16 followed by cuBLAS.
+into FP16/BF16 followed by cuBLAS. On sm90 (H100/H200), from heuristics.FPAINTB_SM90_MIN_M rows,
+the plan runs the Sm90 kernel instead (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective) on a
+second copy of the weight in the Sm90 layout (cutlass_gen/fpaintb_layout.py Sm90WeightLayout), made
+once at construction; `sm90=False` opts out (no second copy).
 
 Layouts (explicit, as the kernels read them):
   packed   uint8 [N / interleave, K * interleave * bits / 8]   (interleave 4 for int4, 2 for int8)
   scale    activation dtype [K / g, N], row-major
   zero     uint8 [K / g, N] or None
   perm     int64 [K] or None: GPTQ act-order; the plan computes x[:, perm] @ W
+  Sm90     uint8 [ceil(N / 128) * 128 * K * bits / 8] signed codes in the Sm90 layout, and
+           zero' = scale * (2**(bits-1) - zero) [K / g, N] in the activation dtype (fpaintb_pack)
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from cutlass_gen.fpaintb_layout import layout
-from cutlass_gen.specs import FpAIntBDequantSpec
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBSm90Spec
 
 from . import _checks, fpaintb_pack, heuristics, wq_format
 from ._abi import QgemmProblem
@@ -221,14 +226,42 @@ def _check_weight(weight: IntBWeight):
         _checks.same_device("weight.perm", weight.perm, device)
 
 
+def sm90_streamk_flag_bytes(m: int, n: int, spec: FpAIntBSm90Spec) -> int:
+    """An upper bound on the flag bytes at the end of a Sm90 stream-K workspace.
+
+    CUTLASS's Sm90 stream-K workspace (cutlass/gemm/kernel/tile_scheduler_params.h) is [FP32 partial
+    tiles | flags], each part rounded up to 128 bytes; the flags are one 32-bit word per consumer warp
+    group per split output tile and must be zero at every launch, while the partials are written before
+    they are read. The scheduler counts tiles on a grid rounded up to its swizzle (at most 8), and
+    cooperative kernels have two consumer warp groups."""
+    tile_m, tile_n = spec.tile
+    tiles = -(-(-(-n // tile_m)) // 8) * 8 * (-(-(-(-m // tile_n)) // 8) * 8)
+    return tiles * 2 * 4 + 128
+
+
+def _sm90_workspace(nbytes: int, m: int, n: int, spec: FpAIntBSm90Spec, device) -> torch.Tensor | None:
+    """The stream-K workspace of one launch with its flags zeroed (a few KB, not the partials' MBs)."""
+    if nbytes == 0:
+        return None
+    workspace = torch.empty(int(nbytes), dtype=torch.uint8, device=device)
+    workspace[-min(int(nbytes), sm90_streamk_flag_bytes(m, n, spec)):].zero_()
+    return workspace
+
+
 class FpAIntBPlan:
     """A callable weight-only quantized linear layer: plan(x) = act(x @ W + bias) for x [M, K]
     float16/bfloat16 on the weight's device, on torch's current stream.
 
-    Everything is checked at construction and on each call before any launch."""
+    Everything is checked at construction and on each call before any launch.
+
+    On an sm90 GPU, M >= heuristics.FPAINTB_SM90_MIN_M runs the Sm90 kernel (heuristics.fpaintb_sm90_applies:
+    group size a multiple of 64 or K); the plan then holds a second copy of the weight in the Sm90
+    layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
 
     def __init__(self, weight: IntBWeight, *, act_dtype: torch.dtype = torch.float16,
-                 bias: torch.Tensor | None = None, activation: str = "none"):
+                 bias: torch.Tensor | None = None, activation: str = "none", sm90: bool = True):
+        if not isinstance(sm90, bool):
+            raise TypeError(f"sm90 must be a bool, got {type(sm90).__name__}")
         _check_weight(weight)
         device = weight.device
         self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
@@ -255,6 +288,11 @@ class FpAIntBPlan:
         self._split = StreamKBuffers(device)
         self._lock = threading.Lock()
         self._problem = self._fixed_problem()
+        # The Sm90 path: on sm90 with a group size its 64-deep K tiles can read (else never used).
+        self.sm90 = (sm90 and self.target_sm == 90
+                     and heuristics.fpaintb_sm90_applies(heuristics.FPAINTB_SM90_MIN_M, weight.n, weight.k,
+                                                         weight.group_size, 90))
+        self._sm90_problem = self._fixed_sm90_problem() if self.sm90 else None
 
     def _fixed_problem(self) -> QgemmProblem:
         w = self.weight
@@ -267,8 +305,36 @@ class FpAIntBPlan:
         p.ext[0] = w.group_size
         return p
 
-    def choice(self, m: int) -> heuristics.FpAIntBChoice:
+    def _fixed_sm90_problem(self) -> QgemmProblem:
+        """The Sm90 kernel's slots (templates/fpaintb_gemm_sm90.cu.j2), and the operands it reads: the
+        weight repacked into the Sm90 layout, zero' for CUTLASS's scale-with-zero mode, a 16-byte aligned
+        bias."""
+        w = self.weight
+        self._sm90_packed = fpaintb_pack.pack_sm90(w.codes(), w.bits)
+        # TMA and the bias broadcast read 16-byte vectors: fresh allocations, never a caller's view.
+        self._sm90_scale = self._scale.clone()
+        self._sm90_zero = fpaintb_pack.sm90_zero(self._scale, w.zero, w.bits, self.act_dtype)
+        self._sm90_bias = self.bias.clone() if self.bias is not None else None
+        p = QgemmProblem()
+        p.n, p.k = w.n, w.k
+        p.ptr[1] = self._sm90_packed.data_ptr()
+        p.ptr[2] = self._sm90_scale.data_ptr()
+        p.ptr[3] = self._sm90_zero.data_ptr()
+        p.ptr[4] = self._sm90_bias.data_ptr() if self._sm90_bias is not None else None
+        p.ld[0], p.ld[2] = w.k, w.n
+        p.ext[0] = w.group_size
+        p.ext[1] = ACTIVATIONS[self.activation]
+        p.sm_count = self._sm_count
+        return p
+
+    def choice(self, m: int) -> heuristics.FpAIntBChoice | heuristics.FpAIntBSm90Choice:
         """The kernel this plan uses for M rows."""
+        w = self.weight
+        if self.sm90 and heuristics.fpaintb_sm90_applies(m, w.n, w.k, w.group_size, self.target_sm):
+            return heuristics.fpaintb_sm90_choice(m, w.n, w.k, w.bits, self._act, self._sm_count)
+        return self._sm80_choice(m)
+
+    def _sm80_choice(self, m: int) -> heuristics.FpAIntBChoice:
         w = self.weight
         return heuristics.fpaintb_choice(m, w.n, w.k, w.bits, self._act, self._arch, self._sm_count)
 
@@ -293,8 +359,14 @@ class FpAIntBPlan:
             x = x.index_select(1, self._perm)
         if choice is None:
             choice, kernel, launch, ctas = cached(self._per_m, m, lambda: self._prepare(m, None))
+            if isinstance(choice, heuristics.FpAIntBSm90Choice) and out is not None and out.data_ptr() % 16:
+                # The Sm90 kernel stores through TMA, from 16-byte aligned rows; a caller's out aligned
+                # only to 4 bytes gets the Sm80 kernels.
+                choice, kernel, launch, ctas = self._prepare(m, self._sm80_choice(m))
         else:
             choice, kernel, launch, ctas = self._prepare(m, choice)
+        if isinstance(choice, heuristics.FpAIntBSm90Choice):
+            return self._run_sm90(x, out, m, kernel, launch, choice)
         if choice.dequantize:
             return self._dequantize_then_matmul(x, out, kernel, launch)
         if out is None:
@@ -315,8 +387,48 @@ class FpAIntBPlan:
     def _bias_ptr(self):
         return self.bias.data_ptr() if self.bias is not None else None
 
+    def _run_sm90(self, x, out, m: int, kernel, launch, choice):
+        if out is None:
+            out = torch.empty((m, self.weight.n), dtype=self.act_dtype, device=self.device)
+        elif out.data_ptr() % 16:
+            raise ValueError(f"out must be 16-byte aligned for the Sm90 kernel {choice.spec.name} (TMA stores), "
+                             f"got address {out.data_ptr():#x}; pass no choice to run the Sm80 kernels")
+        workspace = _sm90_workspace(launch.workspace_bytes, m, self.weight.n, choice.spec, self.device)
+        stream = current_stream(self._device_index)
+        with self._lock:
+            p = self._sm90_problem
+            self._fill_sm90(p, m, choice)
+            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
+            kernel.launch(p, launch, self._device_index, stream,
+                          workspace.data_ptr() if workspace is not None else 0, self._call)
+        return out
+
+    @staticmethod
+    def _fill_sm90(p: QgemmProblem, m: int, choice):
+        p.m = m
+        p.ext[2], p.ext[3], p.ext[4] = choice.raster, choice.swizzle, choice.splits
+
+    def _prepare_sm90(self, m: int, choice):
+        spec = choice.spec
+        if not self.sm90:
+            raise ValueError(f"choice {spec.name} is a Sm90 kernel; this plan has no Sm90 path (sm{self.target_sm}, "
+                             f"group size {self.weight.group_size}, or sm90=False)")
+        if (spec.act, spec.bits) != (self._act, self.weight.bits):
+            raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits})")
+        kernel = get_kernel(spec, self.target_sm)
+        with self._lock:
+            p = self._sm90_problem
+            self._fill_sm90(p, m, choice)
+            launch = kernel.plan(p)
+        return choice, kernel, launch, 0
+
     def _prepare(self, m: int, choice):
         choice = choice or self.choice(m)
+        if isinstance(choice, heuristics.FpAIntBSm90Choice):
+            return self._prepare_sm90(m, choice)
+        if not isinstance(choice, heuristics.FpAIntBChoice):
+            raise TypeError(f"choice must be a qgemm.heuristics.FpAIntBChoice or FpAIntBSm90Choice, "
+                            f"got {type(choice).__name__}")
         spec = choice.spec
         if (spec.act, spec.bits) != (self._act, self.weight.bits) or not spec.supports_target(self.target_sm):
             raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits}, "
@@ -361,6 +473,6 @@ class FpAIntBPlan:
 def fpaintb_linear(x: torch.Tensor, weight: IntBWeight, bias: torch.Tensor | None = None,
                    activation: str = "none") -> torch.Tensor:
     """One-shot form of FpAIntBPlan for x float16/bfloat16 (the plan is built on each call; keep a
-    plan for repeated use)."""
+    plan for repeated use). A one-shot call does not repack the weight for the Sm90 kernel."""
     _checks.tensor("x", x, tuple(ACT_DTYPES))
-    return FpAIntBPlan(weight, act_dtype=x.dtype, bias=bias, activation=activation)(x)
+    return FpAIntBPlan(weight, act_dtype=x.dtype, bias=bias, activation=activation, sm90=False)(x)

@@ -20,6 +20,7 @@ from cutlass_gen.specs import (
     FpAIntBDequantSpec,
     FpAIntBGemmSpec,
     FpAIntBGemvSpec,
+    FpAIntBSm90Spec,
     W8A8GemmSpec,
     W8A8PromoteSpec,
     W8A8Sm90Spec,
@@ -310,6 +311,73 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
     if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
         return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
     return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)
+
+
+# FpA x IntB on Sm90 (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective, the weight as WGMMA's
+# A and the tokens on the kernel's N). PROVISIONAL: not yet measured; set these from
+# benchmarks/bench_fpaintb.py --sweep on an H100. The starting points:
+#   * below FPAINTB_SM90_MIN_M rows the Sm80 kernels above stay (issue 16: qgemm's small-M kernels
+#     measured 2.35x / 1.71x cuBLAS FP16 at M = 1 / 16; CUTLASS publishes 2.0-2.2x for its mixed-input
+#     kernel there), from it the Sm90 kernel (qgemm measured 0.72x cuBLAS at M = 64 and 0.35x at 256,
+#     CUTLASS's stock mixed-input example 0.94-1.02x at 256);
+#   * token tile by M: 64 wide up to 64 rows (one token tile: the weight is read once), 128 wide up
+#     to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition: whole waves run
+#     data-parallel, only the tiles short of a wave split their K), and 128 x 256 persistent for large
+#     batches, where the tiles fill the GPU many times;
+#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows (None: never), the Sm80 rule's
+#     counterpart, until a measurement says where it wins;
+#   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
+#     tile) stays on the Sm80 kernels.
+FPAINTB_SM90_MIN_M = 32
+FPAINTB_SM90_WIDE_MIN_M = 1024
+FPAINTB_SM90_DEQUANT_MIN_M = None
+# (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
+FPAINTB_SM90_TILES = [
+    (64, (128, 64), "cooperative", "streamk"),
+    (FPAINTB_SM90_WIDE_MIN_M - 1, (128, 128), "cooperative", "streamk"),
+    (None, (128, 256), "cooperative", "persistent"),
+]
+
+
+@dataclass(frozen=True)
+class FpAIntBSm90Choice:
+    """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..4]):
+    raster order (0 CUTLASS's heuristic, 1 along M, 2 along N of the kernel's own M, N), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
+    (0: CUTLASS's heuristic decomposition)."""
+
+    spec: FpAIntBSm90Spec
+    raster: int = RASTER_HEURISTIC
+    swizzle: int = 1
+    splits: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.spec, FpAIntBSm90Spec):
+            raise TypeError(f"spec must be a FpAIntBSm90Spec, got {type(self.spec).__name__}")
+        if self.raster not in (0, 1, 2) or self.swizzle not in (1, 2, 4, 8):  # ext[2]: heuristic, along M, along N
+            raise ValueError(f"raster must be 0, 1 or 2 and swizzle 1, 2, 4 or 8, got {self.raster} and {self.swizzle}")
+        if not 0 <= self.splits <= 64 or (self.splits > 1 and self.spec.scheduler != "streamk"):
+            raise ValueError(f"splits must be in [0, 64], and above 1 only on a stream-K kernel, got {self.splits} "
+                             f"for {self.spec.name}")
+
+    @property
+    def dequantize(self) -> bool:
+        return False
+
+
+def fpaintb_sm90_applies(m: int, n: int, k: int, group_size: int, target_sm: int) -> bool:
+    """Whether M rows of this weight run the Sm90 kernel (FpAIntBPlan with sm90=True)."""
+    if target_sm != 90 or m < FPAINTB_SM90_MIN_M:
+        return False
+    if FPAINTB_SM90_DEQUANT_MIN_M is not None and m >= FPAINTB_SM90_DEQUANT_MIN_M:
+        return False
+    return n % 8 == 0 and k % FpAIntBSm90Spec.TILE_K == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k)
+
+
+def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int) -> FpAIntBSm90Choice:
+    """The catalog's Sm90 FpA x IntB kernel for M rows (the table above)."""
+    tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
+                                     if limit is None or m <= limit)
+    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler))
 
 
 # FpA x IntB conv2d: the implicit GEMM of M = N*P*Q output pixels by Co channels, K = R*S*C, on the

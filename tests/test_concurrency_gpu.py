@@ -117,6 +117,18 @@ def _fpaintb(streamk: bool) -> Case:
                 _float_compare(2e-3))
 
 
+def _fpaintb_sm90() -> Case:
+    """The Sm90 FpA x IntB kernel on its stream-K scheduler (each call's workspace flags zeroed in the
+    call: in a graph, by the graph's own memset on its own buffer)."""
+    from cutlass_gen.specs import FpAIntBSm90Spec
+    weight = qgemm.IntBWeight.from_float(randn(512, 4096, seed=7) * 0.05, bits=4, group_size=128, symmetric=False)
+    plan = qgemm.FpAIntBPlan(weight)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"), splits=4)
+    return Case(lambda x, out=None: plan(x, out, choice=choice),
+                [randn(5, 4096, dtype=torch.float16, seed=8), randn(70, 4096, dtype=torch.float16, seed=9)],
+                _float_compare(2e-3))
+
+
 def _conv_fpaintb() -> Case:
     g = torch.Generator().manual_seed(10)
     q = qgemm.IntConvWeight.from_float(torch.randn(64, 64, 3, 3, generator=g) * 0.1 + 0.02, 4, 32)
@@ -148,13 +160,14 @@ def _cases():
     if _is_sm90():
         cases.update({"fp8": lambda: _fp8(False), "fp8_stream_k": lambda: _fp8(True),
                       "w8a8_sm90_asymmetric": lambda: _w8a8("sm90", "asymmetric"),
-                      "w8a8_sm90_symmetric": lambda: _w8a8("sm90", "symmetric")})
+                      "w8a8_sm90_symmetric": lambda: _w8a8("sm90", "symmetric"),
+                      "fpaintb_sm90_stream_k": _fpaintb_sm90})
     return cases
 
 
 FAMILIES = ["fpaintb", "fpaintb_stream_k", "conv_fpaintb_stream_k", "conv_int8", "w8a8_chained", "fp8",
             "fp8_stream_k", "w8a8_sm90_asymmetric", "w8a8_sm90_symmetric", "w8a8_promote_asymmetric",
-            "w8a8_promote_symmetric"]
+            "w8a8_promote_symmetric", "fpaintb_sm90_stream_k"]
 
 
 @pytest.fixture(params=FAMILIES)

@@ -1,0 +1,402 @@
+"""The Sm90 FpA x IntB family without a GPU: spec checks and names, render, catalog, heuristic, the
+Sm90 weight layout (Python against CuTe's own layout, compiled on the host), the packer's round trip
+and zero' arithmetic against the float64 reference, and a compiled kernel's host library (plan and
+Params without the driver)."""
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+
+import pytest
+import torch
+from conftest import requires_nvcc
+
+from cutlass_gen.build import build, find_artifact
+from cutlass_gen.catalog import FPAINTB_SM90_SWEEP_CONFIGS, catalog, fpaintb_sm90_specs
+from cutlass_gen.fpaintb_layout import sm90_layout
+from cutlass_gen.paths import extensions_include_dir
+from cutlass_gen.render import render
+from cutlass_gen.specs import FpAIntBSm90Spec, spec_from_dict
+from qgemm import fpaintb_pack, heuristics, wq_format
+from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
+
+FAMILY = FpAIntBSm90Spec.family
+
+
+# --- spec ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(tile=(64, 128)), "tile M (weight rows) must be 128 with the cooperative schedule"),
+    (dict(tile=(128, 64), schedule="pingpong"), "tile M (weight rows) must be 64 with the pingpong"),
+    (dict(tile=(128, 24)), "tile N must be one of (16, 32, 64, 128, 256)"),
+    (dict(tile=(64, 256), schedule="pingpong"), "at most 128 with the pingpong schedule"),
+    (dict(tile=(64, 64), schedule="pingpong", scheduler="streamk"), "no stream-K scheduler"),
+    (dict(act="f32"), "act must be one of ('f16', 'bf16')"),
+    (dict(bits=2), "bits must be one of (4, 8)"),
+    (dict(arch=80), "arch must be 90"),
+    (dict(scheduler="splitk"), "scheduler must be one of ('persistent', 'streamk')"),
+    (dict(tile=(128,)), "tile is a (weight rows, tokens) pair"),
+])
+def test_spec_rejects_invalid_configs(kwargs, fragment):
+    args = dict(act="f16", bits=4, tile=(128, 128))
+    args.update(kwargs)
+    with pytest.raises(ValueError) as exc:
+        FpAIntBSm90Spec(**args)
+    assert fragment in str(exc.value)
+
+
+def test_spec_name_and_round_trip():
+    spec = FpAIntBSm90Spec("bf16", 8, (128, 64), "cooperative", "streamk")
+    assert spec.name == "qgemm_fpaintb_gemm_sm90_bf16_int8_128x64x64_c1x1_cooperative_streamk"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    assert spec.supports_target(90) and not spec.supports_target(80)
+
+
+@pytest.mark.parametrize("group_size, k, ok", [(64, 4096, True), (128, 4096, True), (256, 4096, True),
+                                               (4096, 4096, True), (192, 384, True), (32, 4096, False),
+                                               (96, 192, False)])
+def test_group_sizes(group_size, k, ok):
+    """The collective reads one scale row per 64-deep K tile: groups of whole tiles, or one per column."""
+    assert FpAIntBSm90Spec.supports_group_size(group_size, k) == ok
+
+
+def test_render_names_the_pieces():
+    src = render(FpAIntBSm90Spec("f16", 4, (128, 64), "cooperative", "streamk")).source
+    for piece in ("cute::tuple<ElementQ, ElementScale, ElementScale>", "cutlass::int4b_t",
+                  "KernelTmaWarpSpecializedCooperative", "cutlass::gemm::StreamKScheduler",
+                  "LinCombPerRowBiasEltAct", "qgemm::fpaintb::RuntimeActivation",
+                  "reordered_weight_layout<ElementAct, kBits>", "Shape<_128, _64, _64>",
+                  "constexpr int kRowPadding = 128", "args.problem_shape = {n, m, k, 1}",
+                  "QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x64x64_c1x1_cooperative_streamk"):
+        assert piece in src, piece
+    src = render(FpAIntBSm90Spec("bf16", 8, (64, 128), "pingpong", "persistent")).source
+    for piece in ("cutlass::bfloat16_t", "int8_t", "KernelTmaWarpSpecializedPingpong", "PersistentScheduler"):
+        assert piece in src, piece
+    assert "StreamKScheduler" not in src
+
+
+def test_catalog_is_small_and_sm90_only():
+    specs = catalog(90, FAMILY)
+    assert len(specs) <= 12  # each costs a minute or more of CI build time
+    assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
+    assert catalog(80, FAMILY) == [] and catalog(75, FAMILY) == []
+    sweep = fpaintb_sm90_specs("f16", 4, sweep=True)
+    assert len(sweep) == len(specs) // 4 + len(FPAINTB_SM90_SWEEP_CONFIGS)
+    assert len({s.name for s in sweep}) == len(sweep)
+
+
+# --- heuristic -------------------------------------------------------------------------------------
+
+def test_heuristic_picks_catalog_kernels_over_all_m():
+    names = {s.name for s in catalog(90, FAMILY)}
+    for act in ("f16", "bf16"):
+        for bits in (4, 8):
+            for m in (heuristics.FPAINTB_SM90_MIN_M, 33, 64, 65, 256, 1000, 1023, 1024, 4096, 16384):
+                choice = heuristics.fpaintb_sm90_choice(m, 12288, 4096, bits, act, 132)
+                assert choice.spec.name in names, (m, choice.spec.name)
+                assert (choice.spec.act, choice.spec.bits) == (act, bits)
+
+
+def test_heuristic_tile_by_m():
+    def tile(m):
+        return heuristics.fpaintb_sm90_choice(m, 4096, 4096, 4, "f16", 132).spec.tile
+    assert tile(32) == tile(64) == (128, 64)
+    assert tile(65) == tile(heuristics.FPAINTB_SM90_WIDE_MIN_M - 1) == (128, 128)
+    assert tile(heuristics.FPAINTB_SM90_WIDE_MIN_M) == (128, 256)
+
+
+def test_sm90_applies():
+    applies = heuristics.fpaintb_sm90_applies
+    m0 = heuristics.FPAINTB_SM90_MIN_M
+    assert applies(m0, 4096, 4096, 128, 90)
+    assert not applies(m0 - 1, 4096, 4096, 128, 90)   # small M stays on the Sm80 kernels
+    assert not applies(m0, 4096, 4096, 128, 80)       # sm80 GPUs
+    assert not applies(m0, 4096, 4096, 32, 90)        # group 32: below the 64-deep K tile
+    assert applies(m0, 4096, 4096, 4096, 90)          # per output channel
+    assert applies(m0, 8, 64, 64, 90)                 # the smallest legal weight
+    assert not applies(m0, 12, 4096, 128, 90)         # N not a multiple of 8
+
+
+def test_choice_checks_knobs():
+    spec = FpAIntBSm90Spec("f16", 4, (128, 256))
+    with pytest.raises(ValueError, match="above 1 only on a stream-K kernel"):
+        heuristics.FpAIntBSm90Choice(spec, splits=4)
+    with pytest.raises(ValueError, match="swizzle 1, 2, 4 or 8"):
+        heuristics.FpAIntBSm90Choice(spec, swizzle=3)
+    with pytest.raises(TypeError, match="FpAIntBSm90Spec"):
+        heuristics.FpAIntBSm90Choice(object())
+
+
+# --- layout and packing ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("k, n", [(64, 8), (128, 136), (320, 256)])
+def test_pack_sm90_round_trip_and_offsets(bits, k, n):
+    lay = sm90_layout(bits)
+    u = torch.randint(0, 2 ** bits, (k, n), dtype=torch.uint8, generator=torch.Generator().manual_seed(k + n))
+    packed = fpaintb_pack.pack_sm90(u, bits)
+    assert tuple(packed.shape) == lay.packed_shape(k, n) == (-(-n // 128) * 128 * k * bits // 8,)
+    assert torch.equal(fpaintb_pack.unpack_sm90(packed, bits, k, n), u)
+    codes = torch.stack((packed & 0xF, packed >> 4), -1).reshape(-1) if bits == 4 else packed
+    rows, cols = torch.meshgrid(torch.arange(n), torch.arange(k), indexing="ij")
+    offsets = torch.tensor([lay.offset(r, c, n) for r, c in zip(rows.flatten().tolist(), cols.flatten().tolist())])
+    assert torch.equal(codes[offsets], (u.t() ^ lay.code_bias).flatten())  # signed two's complement codes
+    padded = torch.ones(codes.numel(), dtype=torch.bool)
+    padded[offsets] = False
+    assert not codes[padded].any()  # padded rows hold zero codes
+
+
+def test_pack_sm90_rejects_bad_input():
+    with pytest.raises(TypeError, match="2-D uint8 tensor of codes"):
+        fpaintb_pack.pack_sm90(torch.zeros(64, 8), 4)
+    with pytest.raises(ValueError, match="K must be a positive multiple of 64"):
+        fpaintb_pack.pack_sm90(torch.zeros(32, 8, dtype=torch.uint8), 4)
+    with pytest.raises(ValueError, match="N must be a positive multiple of 8"):
+        fpaintb_pack.pack_sm90(torch.zeros(64, 12, dtype=torch.uint8), 4)
+    with pytest.raises(ValueError, match="bits must be one of"):
+        fpaintb_pack.pack_sm90(torch.zeros(64, 8, dtype=torch.uint8), 3)
+
+
+_LAYOUT_DUMP = r"""
+#include <cstdio>
+#include "cutlass/cutlass.h"
+#include "qgemm/fpaintb/sm90_layout.hpp"
+template <class T, int Bits> void dump(int rows, int k) {
+  auto full = qgemm::fpaintb::reordered_weight_layout<T, Bits>(rows, k);
+  for (int m = 0; m < rows; ++m) for (int c = 0; c < k; ++c) printf("%d\n", int(full(m, c, 0)));
+}
+int main() { dump<cutlass::half_t, 4>(128, 64); dump<cutlass::half_t, 8>(128, 64);
+             dump<cutlass::bfloat16_t, 4>(256, 128); dump<cutlass::bfloat16_t, 8>(256, 128); }
+"""
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_python_layout_is_cutes_layout(tmp_path):
+    """The one layout definition (Sm90WeightLayout) equals what the kernel's CuTe code builds: a host
+    program prints reordered_weight_layout's offsets for FP16 and BF16 MMAs, both widths."""
+    from cutlass_gen.toolchain import cutlass_include_dirs, find_nvcc
+    src = tmp_path / "dump.cu"
+    src.write_text(_LAYOUT_DUMP)
+    exe = tmp_path / "dump"
+    includes = [f"-I{extensions_include_dir()}"] + [f"-I{d}" for d in cutlass_include_dirs()]
+    subprocess.run([str(find_nvcc()), "-std=c++17", "-arch=sm_90a", *includes, str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    expected = []
+    for bits, rows, k in ((4, 128, 64), (8, 128, 64), (4, 256, 128), (8, 256, 128)):
+        lay = sm90_layout(bits)
+        expected += [lay.offset(r, c, rows) for r in range(rows) for c in range(k)]
+    assert got == expected
+
+
+def _emulated_kernel_weight(u, scale, zero, bits, group_size, dtype):
+    """The weight as the kernel forms it: q * scale + zero' in `dtype`, one rounding per operation
+    (the collective's half/bfloat16 arithmetic; an FMA would round once, closer still)."""
+    q = (u.to(torch.int16) - 2 ** (bits - 1)).to(dtype)
+    zp = fpaintb_pack.sm90_zero(scale, zero, bits, dtype)
+    s = scale.to(dtype).repeat_interleave(group_size, 0)
+    z = zp.repeat_interleave(group_size, 0)
+    return (q.float() * s.float()).to(dtype).float().add(z.float()).to(dtype).double()
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("zeros", (False, True))
+def test_sm90_zero_and_kernel_arithmetic_against_float64(bits, dtype, zeros):
+    """zero' = scale * (2**(bits-1) - zero) makes q * scale + zero' the weight (u - zero) * scale. Per
+    element the kernel's weight differs from the float64 one by its roundings in `dtype` (unit
+    roundoff eps = 2^-11 FP16, 2^-8 BF16): |q s - fl(q s)| <= eps |q s|, |zero' - fl(zero')| <= eps
+    |zero'| and the sum's rounding eps |w|, so |w_kernel - w| <= eps (|q s| + |zero'| + |w|) + eps^2
+    terms. Symmetric weights have zero' = 0 exactly and a power-of-two-free q s rounded once."""
+    k, n, g = 256, 64, 64
+    gen = torch.Generator().manual_seed(bits + (2 if zeros else 0))
+    u = torch.randint(0, 2 ** bits, (k, n), dtype=torch.uint8, generator=gen)
+    scale = (torch.rand(k // g, n, generator=gen) * 0.02 + 0.005).to(dtype)
+    zero = torch.randint(0, 2 ** bits, (k // g, n), dtype=torch.uint8, generator=gen) if zeros else None
+    exact = wq_format.IntWeight(u, scale, zero, bits, g, None).dequantize()
+    got = _emulated_kernel_weight(u, scale, zero, bits, g, dtype)
+    eps = 2.0 ** -11 if dtype == torch.float16 else 2.0 ** -8
+    q = u.double() - 2 ** (bits - 1)
+    s = scale.double().repeat_interleave(g, 0)
+    zp = fpaintb_pack.sm90_zero(scale, zero, bits, dtype).double().repeat_interleave(g, 0)
+    bound = eps * ((q * s).abs() + zp.abs() + exact.abs()) * (1 + 2 * eps)
+    assert ((got - exact).abs() <= bound).all()
+    if not zeros:
+        assert not zp.any()
+        assert ((got - exact).abs() <= eps * exact.abs()).all()
+
+
+# --- the compiled host library (no driver needed) ------------------------------------------------------
+
+HOST_SPEC = FpAIntBSm90Spec("f16", 4, (128, 64), "cooperative", "streamk")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    # The catalog build in QGEMM_CACHE_DIR serves when it is there; else one compile (minutes, -j 1).
+    artifact = find_artifact(HOST_SPEC, 90) or build(HOST_SPEC, 90, tmp_path_factory.mktemp("qgemm-fpaintb-sm90"))
+    return HostLibrary(str(artifact.so_path))
+
+
+def _problem(m, n, k, group_size=128):
+    p = QgemmProblem()
+    p.m, p.n, p.k = m, n, k
+    p.ext[0], p.ext[1], p.ext[2], p.ext[3], p.ext[4] = group_size, 0, 0, 1, 0
+    p.ld[0], p.ld[2] = k, n
+    p.sm_count = 132
+    return p
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_host_library_plans(host):
+    assert spec_from_dict(json.loads(host.spec_json)) == HOST_SPEC
+    status, launch = host.plan(_problem(64, 4096, 4096))
+    assert status == 0, host.status_string(status)
+    assert launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132   # persistent
+    assert launch.block[0] == 384                                      # producer + two consumer warp groups
+    assert launch.workspace_bytes > 0                                  # 32 tiles on 132 SMs: stream-K splits
+    assert 100 * 1024 < launch.smem_bytes <= 227 * 1024
+    assert launch.params_bytes <= PARAMS_CAPACITY
+    status, _ = host.plan(_problem(1, 8, 64, 64))                      # smallest legal problem
+    assert status == 0, host.status_string(status)
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("change", [
+    lambda p: setattr(p, "k", 96),                       # not a multiple of the 64-deep K tile
+    lambda p: setattr(p, "n", 12),                       # not a multiple of 8
+    lambda p: p.ext.__setitem__(0, 32),                  # group below the K tile
+    lambda p: p.ext.__setitem__(0, 192),                 # group not dividing K
+    lambda p: p.ext.__setitem__(1, 4),                   # activation code
+    lambda p: p.ext.__setitem__(3, 3),                   # swizzle
+    lambda p: setattr(p, "m", 0),
+    lambda p: setattr(p, "sm_count", 0),
+])
+def test_host_library_rejects(host, change):
+    p = _problem(256, 256, 512)
+    change(p)
+    status, _ = host.plan(p)
+    assert host.status_string(status) == "problem not supported by this kernel"
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+def test_host_library_make_params_rejects_null_operands_before_the_driver(host):
+    p = _problem(256, 256, 512)
+    slots = (0, 1, 2, 3, 5)
+    for slot in slots:
+        p.ptr[slot] = 0x1000 * (slot + 1)
+    params = ctypes.create_string_buffer(PARAMS_CAPACITY)
+    for slot in slots:
+        saved = p.ptr[slot]
+        p.ptr[slot] = None
+        status = host.make_params_fn(ctypes.byref(p), None, params, PARAMS_CAPACITY)
+        assert host.status_string(status) == "problem not supported by this kernel", slot
+        p.ptr[slot] = saved
+
+
+# --- the plan's Sm90 path (CPU tensors posing as an sm90 GPU's) -----------------------------------
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    import qgemm.fpaintb as fpaintb_mod
+    from qgemm import _checks
+
+    def use(capability=(9, 0)):
+        monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(fpaintb_mod, "sm_count", lambda device: 132)
+    return use
+
+
+def _weight(k=256, n=24, bits=4, group_size=128, zeros=True):
+    import qgemm
+    return qgemm.IntBWeight.from_float(torch.randn(n, k, generator=torch.Generator().manual_seed(n)), bits,
+                                       group_size, symmetric=not zeros)
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+def test_plan_sm90_path_and_its_operands(fake_gpu, bits):
+    import qgemm
+    fake_gpu()
+    w = _weight(bits=bits)
+    plan = qgemm.FpAIntBPlan(w, bias=torch.randn(24), activation="gelu")
+    assert plan.sm90
+    m0 = heuristics.FPAINTB_SM90_MIN_M
+    assert isinstance(plan.choice(m0), heuristics.FpAIntBSm90Choice)
+    assert isinstance(plan.choice(m0 - 1), heuristics.FpAIntBChoice)
+    # The second copy holds the same codes; zero' turns q * scale + zero' into (u - zero) * scale.
+    assert torch.equal(fpaintb_pack.unpack_sm90(plan._sm90_packed, bits, w.k, w.n), w.codes())
+    assert torch.equal(plan._sm90_zero, fpaintb_pack.sm90_zero(w.scale, w.zero, bits, torch.float16))
+    p = plan._sm90_problem
+    assert (p.n, p.k, p.ext[0], p.ext[1], p.sm_count) == (24, 256, 128, 3, 132)
+    assert p.ptr[1] == plan._sm90_packed.data_ptr() and p.ptr[3] == plan._sm90_zero.data_ptr()
+    assert p.ptr[4] == plan._sm90_bias.data_ptr() and p.ptr[4] % 16 == 0
+
+
+def test_plan_without_sm90_path(fake_gpu):
+    import qgemm
+    fake_gpu()
+    assert not qgemm.FpAIntBPlan(_weight(), sm90=False).sm90
+    assert not qgemm.FpAIntBPlan(_weight(group_size=32)).sm90        # group 32: the Sm80 kernels
+    assert qgemm.FpAIntBPlan(_weight(group_size=-1)).sm90            # per output channel
+    plan = qgemm.FpAIntBPlan(_weight(group_size=32))
+    assert isinstance(plan.choice(4096), heuristics.FpAIntBChoice)
+    fake_gpu((8, 0))
+    assert not qgemm.FpAIntBPlan(_weight()).sm90                     # an sm80 GPU
+    fake_gpu()
+    with pytest.raises(TypeError, match="sm90 must be a bool, got int"):
+        qgemm.FpAIntBPlan(_weight(), sm90=1)
+
+
+def test_plan_rejects_sm90_choices_it_cannot_run(fake_gpu):
+    import qgemm
+    fake_gpu()
+    x = torch.zeros(64, 256, dtype=torch.float16)
+    plan = qgemm.FpAIntBPlan(_weight(), sm90=False)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"))
+    with pytest.raises(ValueError, match="is a Sm90 kernel; this plan has no Sm90 path"):
+        plan(x, choice=choice)
+    plan = qgemm.FpAIntBPlan(_weight(bits=8))
+    with pytest.raises(ValueError, match=r"does not fit this plan \(act f16, int8\)"):
+        plan(x, choice=choice)
+    with pytest.raises(TypeError, match="choice must be a qgemm.heuristics.FpAIntBChoice or FpAIntBSm90Choice"):
+        plan(x, choice="128x64")
+
+
+@requires_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("spec", catalog(90, FAMILY), ids=lambda s: s.name)
+def test_every_built_catalog_kernel_plans(spec):
+    """Each catalog kernel already in QGEMM_CACHE_DIR (none is built here: a minute or more each) plans
+    decode-to-prefill shapes within the GPU's limits: persistent grids, shared memory within 227 KB,
+    Params within the launch ABI's buffer; stream-K kernels ask for a workspace only where tiles split."""
+    artifact = find_artifact(spec, 90)
+    if artifact is None:
+        pytest.skip(f"{spec.name} is not in the kernel cache (qgemm build --sm 90 --family {FAMILY})")
+    host = HostLibrary(str(artifact.so_path))
+    assert spec_from_dict(json.loads(host.spec_json)) == spec
+    for m, n, k, g in ((1, 8, 64, 64), (17, 136, 704, 64), (64, 4096, 4096, 128), (1000, 12288, 4096, 4096),
+                       (4096, 28672, 8192, 256)):
+        status, launch = host.plan(_problem(m, n, k, g))
+        assert status == 0, (m, n, k, g, host.status_string(status))
+        assert launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132
+        assert launch.block[0] == 384 and launch.smem_bytes <= 227 * 1024
+        assert launch.params_bytes <= PARAMS_CAPACITY
+        if spec.scheduler == "persistent":
+            assert launch.workspace_bytes == 0
+
+
+def test_streamk_flag_bound_covers_every_tile():
+    """The plan zeroes only the workspace's tail of flags (qgemm.fpaintb.sm90_streamk_flag_bytes): at
+    least one 32-bit flag per consumer warp group (two) for every output tile, on the grid rounded up
+    to the largest swizzle, plus the 128-byte rounding."""
+    from qgemm.fpaintb import sm90_streamk_flag_bytes
+    for spec in catalog(90, FAMILY):
+        for m, n in ((1, 8), (17, 136), (64, 4096), (1000, 12288), (4096, 28672)):
+            tiles = -(-n // spec.tile[0]) * -(-m // spec.tile[1])
+            assert sm90_streamk_flag_bytes(m, n, spec) >= tiles * 2 * 4 + 128

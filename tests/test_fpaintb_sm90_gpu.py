@@ -1,0 +1,245 @@
+"""The Sm90 FpA x IntB kernel (FpAIntBSm90Spec) on an H100/H200 against float64 references of the same
+quantized weights.
+
+The reference is x (float64, from the very FP16/BF16 values the kernel reads) times the dequantized
+weight (u - zero) * scale in float64, plus bias, then the activation (tests/test_fpaintb_gpu.py's).
+
+Error bound (||out - ref|| / ||ref||), the same as the Sm80 kernels': 2e-3 for FP16, 1e-2 for BF16.
+The kernel forms each weight as w' = q * scale + zero' in the activation type, with signed codes
+q = u - 2^(bits-1) (exact) and zero' = scale * (2^(bits-1) - zero) rounded once to that type
+(qgemm/fpaintb_pack.py sm90_zero). With unit roundoff eps (2^-11 FP16, 2^-8 BF16) each weight is off
+by at most eps (|q scale| + |zero'| + |w|) (tests/test_fpaintb_sm90_cpu.py checks this arithmetic
+element by element); with |q|, |2^(bits-1) - zero| <= 2^(bits-1) that is a few eps of |w|, random in
+sign, about 1.2 eps RMS relative to the weight's RMS for random codes and zero points. FP32 WGMMA
+accumulation adds far less, the output's rounding once more eps/sqrt(3) RMS: about 8e-4 (FP16) and
+6e-3 (BF16) in all, under the bounds. Symmetric weights have zero' = 0 and only the rounding of
+q * scale (the Sm80 kernels' error). Outputs are poisoned with NaN before each launch, so an unwritten
+element fails.
+
+Group size 32 is not a Sm90 size (the collective reads one scale row per 64-deep K tile): such
+weights stay on the Sm80 kernels (test_plan_dispatch checks the fallback).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qgemm
+from cutlass_gen.catalog import catalog
+from cutlass_gen.specs import FpAIntBSm90Spec
+from qgemm import heuristics, wq_format
+from qgemm.fpaintb import IntBWeight
+
+from gpu_util import poison_allocator, randn, rel_err
+from test_fpaintb_gpu import BOUND, random_weight, reference
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 GPU (H100/H200)"),
+]
+
+ODD_M = (1, 3, 17, 1000)
+ACTS = (torch.float16, torch.bfloat16)
+ACT_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+ACTIVATIONS = ("none", "relu", "silu", "gelu")
+
+
+def sm90_specs(dtype, bits):
+    return [s for s in catalog(90, FpAIntBSm90Spec.family) if (s.act, s.bits) == (ACT_NAMES[dtype], bits)]
+
+
+def run(plan, x, choice=None):
+    out = torch.full((x.shape[0], plan.weight.n), float("nan"), dtype=x.dtype, device="cuda")
+    result = plan(x, out, choice=choice)
+    torch.cuda.synchronize()
+    assert result.data_ptr() == out.data_ptr()
+    return out
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+def test_every_catalog_kernel(bits, dtype):
+    """Each catalog kernel at odd M (1, 3, 17: one partial token tile; 300, 1000: several), on
+    N = 136 (a partial 128-row weight tile: the padded rows are computed, never stored), with group
+    sizes 64 (zeros), 128 (zeros), 256 (symmetric) and K (per channel, symmetric), bias and every
+    activation; stream-K kernels also with 3 split-K slices."""
+    n = 136
+    for group_size, k, zeros in ((64, 704, True), (128, 640, True), (256, 768, False), (None, 704, False)):
+        g = group_size or k
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=g + k)
+        bias = randn(n, dtype=dtype, seed=3)
+        for i, activation in enumerate(ACTIVATIONS):
+            plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation=activation)
+            assert plan.sm90
+            for spec in sm90_specs(dtype, bits):
+                splits = (0, 3) if spec.scheduler == "streamk" else (0,)
+                for m in ((1, 3, 17, 300, 1000) if activation == "none" else (3, 17, 300)):
+                    x = randn(m, k, dtype=dtype, seed=m + i)
+                    ref = reference(x, weight, bias, activation)
+                    for s in splits:
+                        err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=s)), ref)
+                        assert err < BOUND[dtype], (spec.name, g, zeros, activation, m, s, err)
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("group_size", (32, 64, 128, 256, "channel"))
+@pytest.mark.parametrize("zeros", (False, True))
+def test_plan_dispatch_odd_shapes(bits, dtype, group_size, zeros):
+    """The plan's own choice at the smallest legal N (8) and K (one group of 64, two of the larger
+    groups), and N = 24, for odd M and the Sm90 threshold: Sm90 exactly where
+    heuristics.fpaintb_sm90_applies says so (never for group 32)."""
+    m0 = heuristics.FPAINTB_SM90_MIN_M
+    shapes = [(8, 64), (24, 320)] if group_size in (32, 64) else [(8, 2 * (128 if group_size == "channel" else group_size))]
+    for n, k in shapes:
+        g = k if group_size == "channel" else group_size
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype)
+        for m in ODD_M + (m0,):
+            choice = plan.choice(m)
+            sm90 = heuristics.fpaintb_sm90_applies(m, n, k, g, 90)
+            assert isinstance(choice, heuristics.FpAIntBSm90Choice) == sm90, (m, g)
+            assert plan.sm90 == (group_size != 32)
+            x = randn(m, k, dtype=dtype, seed=m)
+            err = rel_err(run(plan, x), reference(x, weight))
+            assert err < BOUND[dtype], (m, n, k, g, choice.spec.name, err)
+
+
+def test_sm90_opt_out_and_wrong_choices():
+    weight = random_weight(256, 64, 4, 128, True, torch.float16, seed=1)
+    plan = qgemm.FpAIntBPlan(weight, sm90=False)
+    assert not plan.sm90 and isinstance(plan.choice(1000), heuristics.FpAIntBChoice)
+    x = randn(64, 256, dtype=torch.float16, seed=2)
+    with pytest.raises(ValueError, match="no Sm90 path"):
+        plan(x, choice=heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk")))
+    plan = qgemm.FpAIntBPlan(weight)
+    with pytest.raises(ValueError, match="does not fit this plan"):
+        plan(x, choice=heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("bf16", 4, (128, 64), scheduler="streamk")))
+    with pytest.raises(TypeError, match="sm90 must be a bool"):
+        qgemm.FpAIntBPlan(weight, sm90=1)
+
+
+def test_out_aligned_to_4_bytes_runs_the_sm80_kernels():
+    """TMA stores need 16-byte aligned rows: a caller's out that is only 4-byte aligned gets the Sm80
+    kernel, with the same result."""
+    m, n, k = 64, 128, 512
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=3)
+    plan = qgemm.FpAIntBPlan(weight)
+    assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
+    x = randn(m, k, dtype=torch.float16, seed=4)
+    buf = torch.full((m * n + 2,), float("nan"), dtype=torch.float16, device="cuda")
+    out = buf[2:].view(m, n)
+    assert out.data_ptr() % 16 == 4
+    plan(x, out)
+    torch.cuda.synchronize()
+    assert rel_err(out, reference(x, weight)) < BOUND[torch.float16]
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        plan(x, out, choice=plan.choice(m))
+
+
+def test_nan_and_inf_in_activations_reach_the_output():
+    """As in an unquantized GEMM: a NaN or Inf in a row of x makes that row's outputs NaN or +-Inf
+    (every weight is non-zero here), other rows stay finite."""
+    m, n, k = 64, 128, 512
+    g = torch.Generator().manual_seed(5)
+    u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+    u[u == 8] = 9  # no zero weight: (u - 8) * scale
+    scale = (torch.rand(k // 128, n, generator=g) * 0.02 + 0.005).half()
+    weight = IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, None, 4, 128, None)).to("cuda")
+    plan = qgemm.FpAIntBPlan(weight)
+    x = randn(m, k, dtype=torch.float16, seed=6)
+    x[3, 10] = float("nan")
+    x[7, 20] = float("inf")
+    out = run(plan, x)
+    assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
+    assert out[3].isnan().all() and (out[7].isinf() | out[7].isnan()).all()
+    finite = [i for i in range(m) if i not in (3, 7)]
+    assert out[finite].isfinite().all()
+
+
+def test_act_order_and_awq_on_the_sm90_kernel():
+    k, n, gs, m = 512, 64, 128, 48
+    g = torch.Generator().manual_seed(11)
+    u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+    scales = (torch.rand(k // gs, n, generator=g) * 0.02 + 0.005).half()
+    zeros = torch.randint(1, 16, (k // gs, n), generator=g, dtype=torch.uint8)
+    g_idx = torch.randperm(k, generator=g) // gs
+    x = randn(m, k, dtype=torch.float16, seed=4)
+    qweight, qzeros, _, _ = wq_format.pack_gptq(wq_format.IntWeight(u, scales, zeros, 4, gs, None))
+    layer = qgemm.nn.QuantLinear.from_gptq(qweight.cuda(), qzeros.cuda(), scales.cuda(), g_idx.cuda())
+    expected_w = wq_format.from_gptq(qweight, qzeros, scales, g_idx).dequantize()
+    assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
+    aq, az, _ = wq_format.pack_awq(wq_format.IntWeight(u, scales, zeros, 4, gs, None))
+    layer = qgemm.nn.QuantLinear.from_awq(aq.cuda(), az.cuda(), scales.cuda())
+    expected_w = wq_format.from_awq(aq, az, scales).dequantize()
+    assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
+    plan = qgemm.FpAIntBPlan(IntBWeight.from_awq(aq, az, scales).to("cuda"))
+    assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
+
+
+@pytest.mark.parametrize("scheduler", ("streamk", "persistent"))
+def test_cuda_graph_and_two_streams(scheduler):
+    """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
+    bits (CUTLASS's deterministic stream-K reduction), and two streams running the plan at once on
+    different inputs each get their own result."""
+    m, n, k = 200, 1024, 4096
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=8)
+    plan = qgemm.FpAIntBPlan(weight, bias=randn(n, dtype=torch.float16, seed=1), activation="silu")
+    tile = (128, 128) if scheduler == "streamk" else (128, 256)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler))
+    x = randn(m, k, dtype=torch.float16, seed=5)
+    first = run(plan, x, choice)
+    assert rel_err(first, reference(x, weight, plan.bias, "silu")) < BOUND[torch.float16]
+    for _ in range(5):
+        assert torch.equal(run(plan, x, choice), first)
+    out = torch.full_like(first, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, out, choice=choice)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+    x2 = randn(m, k, dtype=torch.float16, seed=6)
+    second = run(plan, x2, choice)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = [torch.full_like(first, float("nan")) for _ in streams]
+    torch.cuda.synchronize()
+    for _ in range(10):
+        for stream, xi, oi in zip(streams, (x, x2), outs):
+            with torch.cuda.stream(stream):
+                plan(xi, oi, choice=choice)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], first) and torch.equal(outs[1], second)
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+def test_sm90_packing_on_the_gpu_matches_the_cpu(bits):
+    from qgemm.fpaintb_pack import pack_sm90, unpack_sm90
+    g = torch.Generator().manual_seed(bits)
+    u = torch.randint(0, 2 ** bits, (1024, 520), generator=g, dtype=torch.uint8)
+    on_gpu = pack_sm90(u.cuda(), bits)
+    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), pack_sm90(u, bits))
+    assert torch.equal(unpack_sm90(on_gpu, bits, 1024, 520).cpu(), u)
+
+
+@pytest.mark.parametrize("splits", (0, 2, 4))
+def test_stream_k_workspace_from_poisoned_memory(splits):
+    """The plan zeroes only the flags at the end of CUTLASS's stream-K workspace: a workspace carved
+    from memory full of NaN bytes (non-zero flags, garbage partials) must still give the right result,
+    call after call (each call's workspace reuses the previous one's memory)."""
+    m, n, k = 256, 4096, 4096
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=9)
+    plan = qgemm.FpAIntBPlan(weight)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 128), scheduler="streamk"), splits=splits)
+    x = randn(m, k, dtype=torch.float16, seed=10)
+    ref = reference(x, weight)
+    first = None
+    for _ in range(3):
+        poison_allocator()
+        out = run(plan, x, choice)
+        assert rel_err(out, ref) < BOUND[torch.float16], splits
+        first = out if first is None else first
+        assert torch.equal(out, first)

@@ -74,10 +74,29 @@ def set_max_dynamic_smem(kernel, nbytes: int, device: int):
           f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
 
 
-def max_active_blocks(kernel, block_threads: int, smem_bytes: int) -> int:
-    """CTAs of `kernel` that fit on one multiprocessor of the current device (registers, shared
-    memory, threads), with its dynamic shared-memory limit already raised where needed."""
+_primary_contexts: dict[int, object] = {}
+
+
+def ensure_context(device: int):
+    """Make the device's primary context current on this thread if none is. A thread that has
+    made no CUDA runtime call yet has no current context, and the driver calls that need one (e.g.
+    cuKernelGetFunction) fail with CUDA_ERROR_INVALID_CONTEXT; torch works in the primary context."""
     cu = driver()
+    if int(check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")) != 0:
+        return
+    with _lock:
+        context = _primary_contexts.get(device)
+        if context is None:
+            context = check(cu.cuDevicePrimaryCtxRetain(cu.CUdevice(device)), "cuDevicePrimaryCtxRetain")
+            _primary_contexts[device] = context  # retained once per process, as torch keeps it alive too
+    check(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+
+
+def max_active_blocks(kernel, block_threads: int, smem_bytes: int, device: int) -> int:
+    """CTAs of `kernel` that fit on one multiprocessor of `device` (registers, shared memory,
+    threads), with its dynamic shared-memory limit already raised where needed."""
+    cu = driver()
+    ensure_context(device)
     function = check(cu.cuKernelGetFunction(kernel), "cuKernelGetFunction")
     return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, int(block_threads), int(smem_bytes)),
                      "cuOccupancyMaxActiveBlocksPerMultiprocessor"))

@@ -90,7 +90,7 @@ class Kernel:
         handle = self._handle_with_smem(launch, device)
         with torch.cuda.device(device):
             return _driver.max_active_blocks(handle, launch.block[0] * launch.block[1] * launch.block[2],
-                                             launch.smem_bytes)
+                                             launch.smem_bytes, device)
 
     def launch(self, problem: QgemmProblem, launch: QgemmLaunch, device: int, stream: int,
                workspace: int, call: "CallBuffers"):

@@ -314,8 +314,13 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 
 
 # FpA x IntB on Sm90 (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective, the weight as WGMMA's
-# A and the tokens on the kernel's N). PROVISIONAL: not yet measured; set these from
-# benchmarks/bench_fpaintb.py --sweep on an H100. The starting points:
+# A and the tokens on the kernel's N). Measured on an H100 (bench_fpaintb.py, INT4 group 128, FP16,
+# rotated weights, six shapes; geomean against cuBLAS FP16, the Sm80 path in brackets): M 64 1.73x
+# (0.97x), M 256 0.89x (0.39x), M 4096 0.72x (0.91x: dequantize + cuBLAS beat the Sm90 kernel on
+# all six shapes, e.g. N 12288, K 4096: 700 against 1100 us). Hence dequantize + cuBLAS from
+# FPAINTB_SM90_DEQUANT_MIN_M = 1024 rows, where the two are estimated even on the largest weight
+# (dequantizing costs one pass over the weight, ~200 us for 8192 x 28672; the Sm90 kernel runs at
+# ~0.73x cuBLAS's rate). The tile table is still the starting point (not swept):
 #   * below FPAINTB_SM90_MIN_M rows the Sm80 kernels above stay (issue 16: qgemm's small-M kernels
 #     measured 2.35x / 1.71x cuBLAS FP16 at M = 1 / 16; CUTLASS publishes 2.0-2.2x for its mixed-input
 #     kernel there), from it the Sm90 kernel (qgemm measured 0.72x cuBLAS at M = 64 and 0.35x at 256,
@@ -324,13 +329,12 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 #     to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition: whole waves run
 #     data-parallel, only the tiles short of a wave split their K), and 128 x 256 persistent for large
 #     batches, where the tiles fill the GPU many times;
-#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows (None: never), the Sm80 rule's
-#     counterpart, until a measurement says where it wins;
+#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows (above);
 #   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
 #     tile) stays on the Sm80 kernels.
 FPAINTB_SM90_MIN_M = 32
 FPAINTB_SM90_WIDE_MIN_M = 1024
-FPAINTB_SM90_DEQUANT_MIN_M = None
+FPAINTB_SM90_DEQUANT_MIN_M = 1024
 # (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
 FPAINTB_SM90_TILES = [
     (64, (128, 64), "cooperative", "streamk"),

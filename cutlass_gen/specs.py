@@ -396,6 +396,23 @@ class Fp8ActQuantSpec(KernelSpec):
 ACT_TYPES = ("f16", "bf16")
 
 
+# What qgemm's own 2.x-style threadblock MMAs (FpAIntBGemmSpec, W8A8PromoteSpec) share: warps per
+# CTA, and the pipeline depth and shared memory each architecture allows.
+def _warps(tile: tuple, warp: tuple) -> int:
+    return (tile[0] // warp[0]) * (tile[1] // warp[1])
+
+
+def _check_stages_and_smem(spec) -> None:
+    """sm75 runs two stages through registers, sm80 a cp.async pipeline 2-6 deep; all stages must
+    fit the architecture's shared memory (spec.SMEM_LIMIT)."""
+    allowed_stages = (2,) if spec.arch == 75 else (2, 3, 4, 5, 6)
+    if spec.stages not in allowed_stages:
+        raise ValueError(f"stages must be one of {allowed_stages} on sm{spec.arch}, got {spec.stages}")
+    if spec.smem_bytes > spec.SMEM_LIMIT[spec.arch]:
+        raise ValueError(f"tile {spec.tile} with {spec.stages} stages needs {spec.smem_bytes} bytes of shared memory; "
+                         f"sm{spec.arch} kernels may use {spec.SMEM_LIMIT[spec.arch]}")
+
+
 class _FpAIntBSpec(KernelSpec):
     """What the FpA x IntB specs share: activation and weight types, and the packed layout the
     templates read (cutlass_gen/fpaintb_layout.py)."""
@@ -516,16 +533,11 @@ class FpAIntBGemmSpec(_FpAIntBSpec):
         if (warp[0] // 16) * (warp[1] // 8) * 4 > 64:
             raise ValueError(f"warp {warp} needs {(warp[0] // 16) * (warp[1] // 8) * 4} FP32 accumulators per "
                              f"thread; at most 64 (e.g. 64 x 32) fit beside the fragments without spilling")
-        allowed_stages = (2,) if self.arch == 75 else (2, 3, 4, 5, 6)
-        if self.stages not in allowed_stages:
-            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
-        if self.smem_bytes > self.SMEM_LIMIT[self.arch]:
-            raise ValueError(f"tile {tile} with {self.stages} stages needs {self.smem_bytes} bytes of shared memory; "
-                             f"sm{self.arch} kernels may use {self.SMEM_LIMIT[self.arch]}")
+        _check_stages_and_smem(self)
 
     @property
     def warps(self) -> int:
-        return (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+        return _warps(self.tile, self.warp)
 
     @property
     def smem_bytes(self) -> int:
@@ -836,16 +848,11 @@ class W8A8PromoteSpec(KernelSpec):
         if self.scheme == "symmetric" and self.WEIGHT_BLOCK_N % tile[1]:
             raise ValueError(f"the symmetric scheme has one weight scale per {self.WEIGHT_BLOCK_N} rows: tile N must "
                              f"divide it, got {tile[1]}")
-        allowed_stages = (2,) if self.arch == 75 else (2, 3, 4, 5, 6)
-        if self.stages not in allowed_stages:
-            raise ValueError(f"stages must be one of {allowed_stages} on sm{self.arch}, got {self.stages}")
-        if self.smem_bytes > self.SMEM_LIMIT[self.arch]:
-            raise ValueError(f"tile {tile} with {self.stages} stages needs {self.smem_bytes} bytes of shared memory; "
-                             f"sm{self.arch} kernels may use {self.SMEM_LIMIT[self.arch]}")
+        _check_stages_and_smem(self)
 
     @property
     def warps(self) -> int:
-        return (self.tile[0] // self.warp[0]) * (self.tile[1] // self.warp[1])
+        return _warps(self.tile, self.warp)
 
     @property
     def accumulators(self) -> int:

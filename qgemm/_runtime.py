@@ -187,3 +187,16 @@ def zeroed_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None:
     if nbytes == 0:
         return None
     return torch.zeros(int(nbytes), dtype=torch.uint8, device=device)
+
+
+def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, ctas_slot: int = 2):
+    """kernel.plan(p) with the stream-K CTA count of choice.ctas_per_sm written to p.ext[ctas_slot]:
+    the CTAs that fit on the GPU at once, at most ctas_per_sm per SM. Returns (launch, ctas)."""
+    p.ext[ctas_slot] = 0
+    launch = kernel.plan(p)
+    ctas = 0
+    if choice.ctas_per_sm:
+        fit = kernel.ctas_per_sm(launch, device_index)
+        ctas = p.ext[ctas_slot] = max(1, round(sm_count * min(fit, choice.ctas_per_sm)))
+        launch = kernel.plan(p)
+    return launch, ctas

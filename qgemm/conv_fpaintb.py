@@ -37,9 +37,9 @@ from cutlass_gen.fpaintb_layout import layout as weight_layout
 
 from . import _checks, conv_quant, fpaintb_pack, heuristics
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count
 from .conv import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent
-from .fpaintb import ACT_DTYPES, StreamKBuffers, check_act_dtype, plan_launch
+from .fpaintb import ACT_DTYPES, StreamKBuffers, check_act_dtype
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes

@@ -34,7 +34,7 @@ from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBSm90Spec
 
 from . import _checks, fpaintb_pack, heuristics, wq_format
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count
 
 ACT_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 GROUP_SIZES = (32, 64, 128, 256)
@@ -91,19 +91,6 @@ def _capturing(device: torch.device) -> bool:
         return torch.cuda.is_current_stream_capturing()
     with torch.cuda.device(device):
         return torch.cuda.is_current_stream_capturing()
-
-
-def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, ctas_slot: int = 2):
-    """kernel.plan(p) with the stream-K CTA count of choice.ctas_per_sm written to p.ext[ctas_slot]:
-    the CTAs that fit on the GPU at once, at most ctas_per_sm per SM. Returns (launch, ctas)."""
-    p.ext[ctas_slot] = 0
-    launch = kernel.plan(p)
-    ctas = 0
-    if choice.ctas_per_sm:
-        fit = kernel.ctas_per_sm(launch, device_index)
-        ctas = p.ext[ctas_slot] = max(1, round(sm_count * min(fit, choice.ctas_per_sm)))
-        launch = kernel.plan(p)
-    return launch, ctas
 
 
 def check_act_dtype(act_dtype: torch.dtype, device: torch.device, what: str) -> int:

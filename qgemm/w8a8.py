@@ -29,8 +29,7 @@ from cutlass_gen.specs import ActQuantSpec
 
 from . import _checks, heuristics, reference
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count, zeroed_workspace
-from .fpaintb import plan_launch  # the stream-K CTA count from what fits on the GPU
+from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -180,7 +179,7 @@ class _ActQuantLauncher:
         self._problem = QgemmProblem()
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._kernels: dict = {}  # (device index, dtype, symmetric) -> kernel
-        self._launches: dict = {}  # (kernel name, m, k, block_size) -> QgemmLaunch
+        self._launches: dict = {}  # (id(kernel), m, k, block_size) -> QgemmLaunch
 
     def _kernel(self, device: torch.device, dtype: torch.dtype, symmetric: bool):
         key = (device.index, dtype, symmetric)

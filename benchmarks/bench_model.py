@@ -198,6 +198,54 @@ def prebuild(model: nn.Module, variant: str, dtype: torch.dtype, m_values, jobs:
     print(f"  [{variant}] kernels ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def layer_shapes(name: str) -> list[tuple[int, int]]:
+    """(in_features, out_features) of a decoder layer's linears: q/o, k/v, gate/up, down."""
+    c = CONFIGS[name]
+    h, f = c["hidden_size"], c["intermediate_size"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    return [(h, h), (h, kv), (h, f), (f, h)]
+
+
+def prebuild_only(args, batches, variants, m_values, dtype):
+    """Build, in one parallel qgemm.prebuild, the kernels the benchmark's variants need at its M
+    values and (with --minilm-m) those of tests/test_minilm_gpu.py, from one quantized layer of
+    each shape (plans choose kernels from N, K, M, bias and dtype)."""
+    device = torch.device(args.device)
+    jobs = []  # (config, in, out, bias, m_values)
+    for variant in variants:
+        if isinstance(VARIANTS[variant], str) or VARIANTS[variant] is None:
+            continue
+        jobs += [(VARIANTS[variant], k, n, False, m_values) for k, n in layer_shapes(args.config)]
+    if args.minilm_m:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+        from minilm_util import SCHEMES  # the MiniLM test's schemes
+
+        for scheme in SCHEMES:
+            jobs += [(scheme.config, k, n, True, [args.minilm_m]) for k, n in ((384, 384), (384, 1536), (1536, 384))]
+    import importlib
+
+    # A plan's kernels at its own M values (so that MiniLM's layers are not asked about the Llama
+    # batch sizes): qgemm.prebuild's helper where it has one, else the plans at every M value.
+    plan_specs = getattr(importlib.import_module("qgemm.prebuild"), "_plan_specs", None)
+    all_m = sorted({m for *_, ms in jobs for m in ms})
+    kernels, extra = [], set()
+    for config, k, n, bias, ms in jobs:
+        linear = nn.Linear(k, n, bias=bias, device=device, dtype=dtype)
+        plan = config.convert(linear).plan(dtype)
+        kernels += (plan_specs(plan, ms) or []) if plan_specs else [plan]
+        if isinstance(config, qgemm.W8A8BlockConfig):
+            extra.add("act_quant")
+        if isinstance(config, qgemm.Fp8BlockwiseConfig):
+            extra.add("fp8_act_quant")
+    t0 = time.perf_counter()
+    lines = []
+    qgemm.prebuild(kernels + sorted(extra), m_values=all_m, jobs=args.jobs, progress=lines.append)
+    print(f"prebuild: {len(kernels)} plan kernels (with repeats) + families {sorted(extra)}: "
+          f"{len(lines)} reported in {time.perf_counter() - t0:.0f} s", flush=True)
+    for line in lines:
+        print("  " + line)
+
+
 # --- measurements ------------------------------------------------------------------------------------
 
 def sync(device):
@@ -453,6 +501,10 @@ def main(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="time eager decode steps")
     ap.add_argument("--compile", action="store_true", help='torch.compile(mode="reduce-overhead") decode steps')
     ap.add_argument("--jobs", type=int, default=16, help="parallel kernel builds (qgemm.prebuild)")
+    ap.add_argument("--prebuild-only", action="store_true",
+                    help="build the kernels the variants need (one layer of each shape) and exit")
+    ap.add_argument("--minilm-m", type=int, default=0,
+                    help="with --prebuild-only: also tests/test_minilm_gpu.py's kernels at this M (tokens)")
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)
@@ -465,6 +517,11 @@ def main(argv=None):
         variants.insert(0, "fp16")
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
+
+    m_values = batches + [args.prompt * b for b in batches] + [args.fidelity_tokens] + ([args.prefill] if args.prefill else [])
+    if args.prebuild_only:
+        prebuild_only(args, batches, variants, m_values, dtype)
+        return None
 
     t_start = time.perf_counter()
     base, full_depth = build_model(args.config, args.layers, dtype, args.device)
@@ -494,7 +551,6 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
 
-    m_values = batches + [args.prompt * b for b in batches] + [args.fidelity_tokens] + ([args.prefill] if args.prefill else [])
     for variant in variants:
         t0 = time.perf_counter()
         row = result["variants"][variant] = {}

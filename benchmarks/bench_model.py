@@ -405,6 +405,19 @@ def speedups(rows: dict, batches) -> None:
         row["speedup"] = sp
 
 
+def versus_torch_int4(result: dict) -> None:
+    """qgemm's W4A16 over torch's int4 path, per measure (above 1: qgemm faster)."""
+    ours, peer = result["variants"].get("w4a16", {}), result["variants"].get("torch_int4", {})
+    vs = {}
+    for key in ours:
+        if key.startswith("decode_b") and ours.get(key) and peer.get(key):
+            vs[key] = ours[key] / peer[key]
+    if ours.get("prefill_s") and peer.get("prefill_s"):
+        vs["prefill"] = peer["prefill_s"] / ours["prefill_s"]
+    if vs:
+        result["w4a16_vs_torch_int4"] = vs
+
+
 def print_table(result: dict, batches):
     rows = result["variants"]
     extrap = result["layers"] < result["full_depth"]
@@ -435,6 +448,10 @@ def print_table(result: dict, batches):
             if fd:
                 print(f"{name:11s}" + "".join(f" {fd.get(f'decode_b{b}', float('nan')):9.1f} tok/s" for b in batches)
                       + (f" prefill {fd['prefill_s'] * 1e3:9.2f} ms" if fd.get("prefill_s") else ""))
+    vs = result.get("w4a16_vs_torch_int4")
+    if vs:
+        print("\nw4a16 (qgemm) over torch_int4 (tinygemm): " +
+              ", ".join(f"{k} {v:.2f}x" for k, v in vs.items()))
     print("\ntargets (issue 19):")
     for (variant, measure), target in TARGETS.items():
         row = rows.get(variant, {})
@@ -547,6 +564,7 @@ def main(argv=None):
 
     def save():
         speedups(result["variants"], batches)
+        versus_torch_int4(result)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)

@@ -142,10 +142,18 @@ def fake_quant_rtn(weight: torch.Tensor, bits: int, group_size: int, symmetric: 
         scale = exact.to(scale_dtype)
         # round up: where rounding to nearest went below the exact value, take the next float up
         below = (scale.float() < exact) & (scale < info.max)
-        scale = torch.where(below, torch.nextafter(scale, torch.full_like(scale, float("inf"))), scale)
+        scale = torch.where(below, _next_up(scale), scale)
         zero = torch.round(-lo / scale.float()).clamp(0, top)
     u = (torch.round(w / scale.float().unsqueeze(-1)) + zero.unsqueeze(-1)).clamp(0, top)
     return ((u.double() - zero.double().unsqueeze(-1)) * scale.double().unsqueeze(-1)).reshape(n, k)
+
+
+def _next_up(x: torch.Tensor) -> torch.Tensor:
+    """The next representable value above each (positive, finite) element, in x's dtype."""
+    try:
+        return torch.nextafter(x, torch.full_like(x, float("inf")))
+    except RuntimeError:  # a torch without nextafter for this dtype on this device
+        return (x.view(torch.int16) + 1).view(x.dtype)
 
 
 def fake_quantized_float64(model: nn.Module, scheme: Scheme) -> nn.Module:

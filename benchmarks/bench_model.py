@@ -215,7 +215,10 @@ def prebuild_only(args, batches, variants, m_values, dtype):
     for variant in variants:
         if isinstance(VARIANTS[variant], str) or VARIANTS[variant] is None:
             continue
-        jobs += [(VARIANTS[variant], k, n, False, m_values) for k, n in layer_shapes(args.config)]
+        shapes = layer_shapes(args.config)
+        if args.quantize_lm_head:
+            shapes.append((CONFIGS[args.config]["hidden_size"], CONFIGS[args.config]["vocab_size"]))
+        jobs += [(VARIANTS[variant], k, n, False, m_values) for k, n in shapes]
     if args.minilm_m:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
         from minilm_util import SCHEMES  # the MiniLM test's schemes

@@ -46,7 +46,6 @@ import contextlib
 import copy
 import gc
 import json
-import math
 import os
 import sys
 import time
@@ -309,7 +308,8 @@ def decode_tokens_per_s(model, batch: int, args, device, use_graph: bool, compil
 
     warm = 3
     if args.prompt + 2 * warm + args.steps > args.cache_len:
-        raise ValueError(f"--cache-len {args.cache_len} < prompt + steps + warm-up ({args.prompt + 2 * warm + args.steps})")
+        need = args.prompt + 2 * warm + args.steps
+        raise ValueError(f"--cache-len {args.cache_len} < prompt + steps + warm-up ({need})")
     run_step, graph_used, error = step, False, None
     if compile_mode and device.type == "cuda":
         compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False)
@@ -538,7 +538,9 @@ def main(argv=None):
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
 
-    m_values = batches + [args.prompt * b for b in batches] + [args.fidelity_tokens] + ([args.prefill] if args.prefill else [])
+    # The M values the linears see: decode batches, the prompts' prefill, fidelity, the long prefill.
+    m_values = batches + [args.prompt * b for b in batches] + [args.fidelity_tokens]
+    m_values += [args.prefill] if args.prefill else []
     if args.prebuild_only:
         prebuild_only(args, batches, variants, m_values, dtype)
         return None

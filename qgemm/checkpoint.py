@@ -339,9 +339,10 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
                 (old.in_features, old.out_features) != (module.in_features, module.out_features):
             raise CheckpointError(f"layer {name!r}: the checkpoint holds a {module.in_features} -> "
                                   f"{module.out_features} linear layer, the model has {old}")
-        if (old.bias is not None) != (module.bias is not None):
+        has_bias = getattr(module, "has_bias", module.bias is not None)  # a TP row shard: rank 0 holds it
+        if (old.bias is not None) != has_bias:
             raise CheckpointError(f"layer {name!r}: bias={old.bias is not None} in the model, "
-                                  f"{module.bias is not None} in the checkpoint")
+                                  f"{has_bias} in the checkpoint")
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
         report.replaced.append(name)

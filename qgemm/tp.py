@@ -138,7 +138,7 @@ def _round_up(x: int, m: int) -> int:
 class Shard:
     """One rank's part of a layer: `local` computes it; `out_offset`/`out_features` narrow a padded
     column shard's output; `src` (row shards) gathers x's columns, index in_features meaning an
-    exact zero; `bias`/`activation` (row shards) are applied after the reduction."""
+    exact zero; `activation` (row shards at TP > 1) is applied after the reduction."""
 
     local: nn.Module
     style: str
@@ -148,7 +148,7 @@ class Shard:
     local_out: int
     out_offset: int | None = None
     src: torch.Tensor | None = None
-    bias: torch.Tensor | None = None
+    has_bias: bool = False      # row shards: the layer has a bias (in rank 0's local module)
     activation: str = "none"
 
 
@@ -167,6 +167,20 @@ def _pack(u: torch.Tensor, bits: int) -> torch.Tensor:
     k = u.shape[0]
     dummy = torch.zeros(1, u.shape[1], dtype=torch.float16, device=u.device)
     return IntBWeight.from_int_weight(wq_format.IntWeight(u.contiguous(), dummy, None, bits, k)).packed
+
+
+def _row_epilogue(m, tp: TPGroup):
+    """(bias, activation) of a row shard's own kernel: rank 0 adds the bias in its epilogue (once,
+    as vLLM does: the sum then holds it once, and no separate add is launched); the activation is
+    fused only at TP size 1 (it must follow the sum, so RowParallelLinear applies it after the
+    all-reduce)."""
+    bias = m.bias if tp.rank == 0 else None
+    return bias, getattr(m, "activation", "none") if tp.world_size == 1 else "none"
+
+
+def _row_shard(local, m, tp: TPGroup, k: int, n: int, ks: int, src=None) -> Shard:
+    activation = getattr(m, "activation", "none") if tp.world_size > 1 else "none"
+    return Shard(local, ROW, k, n, ks, n, src=src, has_bias=m.bias is not None, activation=activation)
 
 
 def _shard_quant_linear(m: QuantLinear, style: str, tp: TPGroup, name: str) -> Shard:
@@ -207,16 +221,18 @@ def _shard_quant_linear(m: QuantLinear, style: str, tp: TPGroup, name: str) -> S
         per_k = lay.interleave * bits // 8
         scales = m.scales if per_channel else m.scales[k0 // g:k1 // g]
         zeros = m.qzeros if per_channel or m.qzeros is None else m.qzeros[k0 // g:k1 // g]
+        bias, act = _row_epilogue(m, tp)
         local = _quant_linear(m.qweight[:, k0 * per_k:k1 * per_k], scales, zeros, bits, ks if per_channel else g,
-                              ks, n)
-        return Shard(local, ROW, k, n, ks, n, bias=m.bias, activation=m.activation)
+                              ks, n, bias=bias, activation=act)
+        return _row_shard(local, m, tp, k, n, ks)
     # Act-order or a group cut by the split: the rank's rows, in input order, with their groups.
     codes = m.int_weight().codes()
     u = codes if perm is None else torch.empty_like(codes).index_copy_(0, perm, codes)
     g_idx = m.g_idx.long() if m.g_idx is not None else torch.arange(k, device=codes.device) // g
+    bias, act = _row_epilogue(m, tp)
     local, src = regroup_rows(u[k0:k1], g_idx[k0:k1], m.scales, m.qzeros, bits, name=name,
-                              world_size=tp.world_size)
-    return Shard(local, ROW, k, n, ks, n, src=src, bias=m.bias, activation=m.activation)
+                              world_size=tp.world_size, bias=bias, activation=act)
+    return _row_shard(local, m, tp, k, n, ks, src)
 
 
 def _kernel_group(counts: torch.Tensor, bits: int, zero: bool) -> tuple[int, int]:
@@ -233,7 +249,8 @@ def _kernel_group(counts: torch.Tensor, bits: int, zero: bool) -> tuple[int, int
 
 
 def regroup_rows(u: torch.Tensor, g_idx: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, bits: int,
-                 name: str = "", world_size: int = 1) -> tuple[QuantLinear, torch.Tensor]:
+                 name: str = "", world_size: int = 1, bias: torch.Tensor | None = None,
+                 activation: str = "none") -> tuple[QuantLinear, torch.Tensor]:
     """A row shard whose rows do not form whole groups in order (act-order, or a group cut by the
     split) as a QuantLinear the kernels take, plus the gather `src` of its input.
 
@@ -272,7 +289,7 @@ def regroup_rows(u: torch.Tensor, g_idx: torch.Tensor, scales: torch.Tensor, zer
     u_k[dest] = u[order]
     src = torch.full((rows,), ks, dtype=torch.int64, device=u.device)
     src[dest] = order
-    return _quant_linear(_pack(u_k, bits), scales_k, zeros_k, bits, gk, rows, n), src
+    return _quant_linear(_pack(u_k, bits), scales_k, zeros_k, bits, gk, rows, n, bias=bias, activation=activation), src
 
 
 def gptq_row_shard(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor,
@@ -331,8 +348,8 @@ def _shard_fp8(m: Fp8Linear, style: str, tp: TPGroup, name: str) -> Shard:
         bias = None if bias is None else F.pad(bias, (front, w.shape[0] - front - ns))
         return Shard(build(w, s, bias), COLUMN, k, n, k, ns, out_offset=front)
     k0, k1 = _split_k_blocks(k, FP8_BLOCK, tp, name, "the FP8 scale block and activation group")
-    local = build(m.weight[:, k0:k1], m.weight_scale_inv[:, k0 // FP8_BLOCK:k1 // FP8_BLOCK], None)
-    return Shard(local, ROW, k, n, k1 - k0, n, bias=m.bias)
+    local = build(m.weight[:, k0:k1], m.weight_scale_inv[:, k0 // FP8_BLOCK:k1 // FP8_BLOCK], _row_epilogue(m, tp)[0])
+    return _row_shard(local, m, tp, k, n, k1 - k0)
 
 
 def _split_k_blocks(k, block, tp, name, what):
@@ -349,10 +366,9 @@ def _shard_w8a8(m: W8A8Linear, style: str, tp: TPGroup, name: str) -> Shard:
     k, n, bs = m.in_features, m.out_features, m.block_size
     sym = m.scheme == "symmetric"
 
-    def build(weight, bias, **scales):
+    def build(weight, bias, activation=m.activation, **scales):
         local = W8A8Linear(weight.shape[1], weight.shape[0], bias is not None, block_size=bs, scheme=m.scheme,
-                           activation=m.activation if style == COLUMN else "none", out_dtype=m.out_dtype,
-                           device="meta")
+                           activation=activation, out_dtype=m.out_dtype, device="meta")
         _assign(local, weight=weight, bias=bias, **scales)
         local.act_dtype = m.act_dtype
         return local
@@ -378,11 +394,13 @@ def _shard_w8a8(m: W8A8Linear, style: str, tp: TPGroup, name: str) -> Shard:
         return Shard(local, COLUMN, k, n, k, ns, out_offset=0 if pad else None)
     k0, k1 = _split_k_blocks(k, bs, tp, name, f"the W8A8 block_size, also the activation block")
     b0, b1 = k0 // bs, k1 // bs
+    bias, act = _row_epilogue(m, tp)
     if sym:
-        local = build(m.weight[:, k0:k1], None, weight_scale_inv=m.weight_scale_inv[:, b0:b1])
+        local = build(m.weight[:, k0:k1], bias, act, weight_scale_inv=m.weight_scale_inv[:, b0:b1])
     else:
-        local = build(m.weight[:, k0:k1], None, weight_scale=m.weight_scale[b0:b1], weight_offset=m.weight_offset[b0:b1])
-    return Shard(local, ROW, k, n, k1 - k0, n, bias=m.bias, activation=m.activation)
+        local = build(m.weight[:, k0:k1], bias, act, weight_scale=m.weight_scale[b0:b1],
+                      weight_offset=m.weight_offset[b0:b1])
+    return _row_shard(local, m, tp, k, n, k1 - k0)
 
 
 def _shard_float(m: nn.Linear, style: str, tp: TPGroup, name: str) -> Shard:
@@ -396,9 +414,12 @@ def _shard_float(m: nn.Linear, style: str, tp: TPGroup, name: str) -> Shard:
             local.bias = nn.Parameter(m.bias.detach()[n0:n1].clone(), requires_grad=m.bias.requires_grad)
         return Shard(local, COLUMN, k, n, k, n1 - n0)
     k0, k1 = _even_split(k, tp, name, "in_features (K)")
-    local = nn.Linear(k1 - k0, n, False, device="meta")
+    bias = _row_epilogue(m, tp)[0]
+    local = nn.Linear(k1 - k0, n, bias is not None, device="meta")
     local.weight = nn.Parameter(w[:, k0:k1].clone(), requires_grad=m.weight.requires_grad)
-    return Shard(local, ROW, k, n, k1 - k0, n, bias=None if m.bias is None else m.bias.detach())
+    if bias is not None:
+        local.bias = nn.Parameter(bias.detach().clone(), requires_grad=m.bias.requires_grad)
+    return _row_shard(local, m, tp, k, n, k1 - k0)
 
 
 def _assign(module, **buffers):
@@ -428,11 +449,12 @@ def shard(module: nn.Module, style: str, process_group, name: str = "") -> nn.Mo
 
 
 def from_shard(local: nn.Module, style: str, process_group, in_features: int, out_features: int, *,
-               bias: torch.Tensor | None = None, activation: str = "none", src: torch.Tensor | None = None,
+               has_bias: bool | None = None, activation: str = "none", src: torch.Tensor | None = None,
                out_offset: int | None = None, local_out: int | None = None, name: str = "") -> nn.Module:
-    """Wrap a module already built from pre-sharded tensors (this rank's slice). Row shards take
-    the full bias (added once, after the reduction) and the activation here, and `src` where the
-    shard came from regroup_rows / gptq_row_shard."""
+    """Wrap a module already built from pre-sharded tensors (this rank's slice). Row shards: only
+    rank 0's module holds the bias (has_bias tells the other ranks the layer has one), the
+    activation is given here (applied after the reduction; the local modules have none), and `src`
+    where the shard came from regroup_rows / gptq_row_shard."""
     tp = tp_group(process_group)
     if style == COLUMN:
         n_local = local.out_features if local_out is None else local_out
@@ -441,7 +463,9 @@ def from_shard(local: nn.Module, style: str, process_group, in_features: int, ou
     if style != ROW:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     k_local = local.in_features if src is None else in_features // tp.world_size
-    part = Shard(local, ROW, in_features, out_features, k_local, out_features, src=src, bias=bias,
+    if has_bias is None:
+        has_bias = local.bias is not None
+    part = Shard(local, ROW, in_features, out_features, k_local, out_features, src=src, has_bias=has_bias,
                  activation=activation)
     return RowParallelLinear(part, tp, name)
 
@@ -485,6 +509,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def __init__(self, part: Shard, tp: TPGroup, name: str = ""):
         super().__init__(part, tp, name)
         self.out_offset = part.out_offset  # a padded shard's output is narrowed to [offset, offset + N/tp)
+        self.has_bias = self.local.bias is not None
 
     @property
     def bias(self):
@@ -505,17 +530,23 @@ class ColumnParallelLinear(_ParallelLinear):
 class RowParallelLinear(_ParallelLinear):
     """This rank's input features [rank * K / tp, (rank + 1) * K / tp) of a linear layer: takes
     its slice of x [..., K / tp], computes the partial product, all-reduces it over the process
-    group (in place, on the current stream), then adds the bias (once: to the sum) and applies the
-    activation. The partials are summed in the output dtype, as vLLM and Megatron do."""
+    group (in place, on the current stream) and applies the layer's activation to the sum. The bias
+    is added once, by rank 0's kernel epilogue (so the sum holds it once). The partials are summed
+    in the output dtype, as vLLM and Megatron do."""
 
     def __init__(self, part: Shard, tp: TPGroup, name: str = ""):
         super().__init__(part, tp, name)
         self.register_buffer("src", part.src)
-        self.register_buffer("bias", None if part.bias is None else part.bias.detach().clone())
+        self.has_bias = part.has_bias
         self.activation = part.activation
 
+    @property
+    def bias(self):
+        """The bias, on rank 0 (its local module adds it); None on the other ranks."""
+        return self.local.bias
+
     def local_forward(self, x):
-        """The partial product of this rank (no reduction, no bias)."""
+        """The partial product of this rank (no reduction; rank 0's holds the bias)."""
         if self.src is not None:
             # Regrouped rows (act-order / cut groups): gather x, column local_in_features being 0.
             x = F.pad(x, (0, 1)).index_select(-1, self.src)
@@ -530,8 +561,6 @@ class RowParallelLinear(_ParallelLinear):
             import torch.distributed as dist
             y = y.contiguous()
             dist.all_reduce(y, group=self.process_group)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
         return _ACTIVATIONS[self.activation](y)
 
     def extra_repr(self) -> str:

@@ -165,10 +165,12 @@ def test_local_modules_compute_with_their_effective_weight(fmt, style, world):
             y = p(x_local) if style == "column" else p.local_forward(x_local)
         if isinstance(p.local, (QuantLinear, nn.Linear)):
             expected = x_local.double() @ p.effective_weight()
-            bias = p.local.bias if style == "column" else None
+            bias = p.local.bias  # column: every rank's slice; row: rank 0 only
+            assert (bias is not None) == (module.bias is not None and (style == "column" or rank == 0))
             if bias is not None:
                 bias = bias.double() if isinstance(p.local, nn.Linear) else bias.to(x.dtype).double()
-                expected = expected + (bias if p.out_offset is None else bias[p.out_offset:][:p.local_out_features])
+                offset = getattr(p, "out_offset", None)
+                expected = expected + (bias if offset is None else bias[offset:][:p.local_out_features])
             if style == "column" and getattr(p.local, "activation", "none") == "silu":
                 expected = F.silu(expected)
             tol = 2e-3 if x.dtype == torch.float16 else 1e-6
@@ -309,7 +311,7 @@ def test_quantize_with_process_group_shards_by_name():
         assert isinstance(model.lm_head, nn.Linear)  # not in the plan: replicated
         p = model.mlp.down_proj
         assert torch.equal(p.effective_weight(), full.mlp.down_proj.dequantize()[rank * 256:(rank + 1) * 256])
-        assert torch.equal(p.bias, full.mlp.down_proj.bias)
+        assert p.has_bias and (torch.equal(p.bias, full.mlp.down_proj.bias) if rank == 0 else p.bias is None)
 
 
 def test_quantize_with_process_group_slices_skipped_layers():

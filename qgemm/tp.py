@@ -518,7 +518,8 @@ class ColumnParallelLinear(_ParallelLinear):
     def forward(self, x):
         y = self.local(x)
         if self.out_offset is not None:
-            y = y.narrow(-1, self.out_offset, self.local_out_features)
+            # Padded shard: a contiguous copy of the real columns (attention reshapes with .view).
+            y = y.narrow(-1, self.out_offset, self.local_out_features).contiguous()
         return y
 
     def extra_repr(self) -> str:
@@ -589,7 +590,38 @@ def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) ->
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, shard(module, style, tp, name))
         names.append(name)
+    shard_head_counts(model, tp)
     return names
+
+
+# Attention modules of older transformers versions (and many hand-written ones) keep their head
+# counts and width as attributes and reshape with them; newer ones reshape with -1 heads.
+_HEAD_ATTRIBUTES = ("num_heads", "num_attention_heads", "num_key_value_heads", "hidden_size")
+
+
+def shard_head_counts(model: nn.Module, process_group) -> list[str]:
+    """Divide the head counts (and width) an attention module keeps as attributes by the TP size,
+    for every module whose q_proj and o_proj are parallel (once per module). The ratio of query to
+    key/value heads is unchanged. ValueError where a count does not divide (a head cut between
+    ranks). Returns the names of the modules changed."""
+    tp = tp_group(process_group)
+    changed = []
+    for name, module in model.named_modules():
+        if module.__dict__.get("_qgemm_tp_heads") is not None or \
+                not isinstance(getattr(module, "q_proj", None), ColumnParallelLinear) or \
+                not isinstance(getattr(module, "o_proj", None), RowParallelLinear):
+            continue
+        for attr in _HEAD_ATTRIBUTES:
+            value = getattr(module, attr, None)
+            if isinstance(value, bool) or not isinstance(value, int):
+                continue
+            if value % tp.world_size:
+                raise _error(name, tp.world_size, f"{attr}={value} must divide evenly among the ranks (whole heads "
+                             f"per rank)")
+            setattr(module, attr, value // tp.world_size)
+        module.__dict__["_qgemm_tp_heads"] = tp.world_size
+        changed.append(name)
+    return changed
 
 
 def _inside_parallel(model: nn.Module, name: str) -> bool:

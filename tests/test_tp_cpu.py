@@ -327,6 +327,21 @@ def test_quantize_with_process_group_slices_skipped_layers():
     assert isinstance(o, tp.RowParallelLinear) and o.local.in_features == 128
 
 
+def test_head_counts_follow_the_shards():
+    """Attention modules that keep their head counts as attributes (older transformers) get them
+    divided by the TP size, once; a count that does not divide is refused."""
+    model = Block()
+    model.self_attn.num_heads, model.self_attn.num_key_value_heads, model.self_attn.hidden_size = 4, 2, 256
+    qgemm.quantize_(model, qgemm.Int8WeightOnlyConfig(), process_group=(0, 2))
+    assert (model.self_attn.num_heads, model.self_attn.num_key_value_heads, model.self_attn.hidden_size) == (2, 1, 128)
+    assert tp.parallelize(model, (0, 2)) == [] and model.self_attn.num_heads == 2  # not twice
+    model = Block()
+    model.self_attn.num_key_value_heads = 1
+    with pytest.raises(ValueError, match=r"layer 'self_attn', tensor-parallel size 2: num_key_value_heads=1 must "
+                                         r"divide"):
+        qgemm.quantize_(model, qgemm.Int8WeightOnlyConfig(), process_group=(0, 2))
+
+
 def test_load_quantized_with_process_group(tmp_path):
     """A GPTQ act-order checkpoint loaded on two ranks: each layer is this rank's shard of the
     checkpoint's tensors; the ranks' shards concatenate to the TP=1 load."""

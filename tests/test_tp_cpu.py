@@ -242,6 +242,28 @@ def test_gptq_pre_sharded_row_shard_matches_shard_on_load():
         assert torch.equal(p.effective_weight(), tp.shard(full, "row", (rank, 2)).effective_weight())
 
 
+def test_pre_sharded_tensors_wrap_without_the_full_layer():
+    """Pre-sharded checkpoints: each rank builds its module from its slice of the checkpoint tensors
+    with the ordinary constructors (FP8 column slice, AWQ row slice) and wraps it; the effective
+    weights equal shard-on-load's."""
+    lin = float_linear(256, 512)
+    full = Fp8Linear.from_float(lin)
+    for rank in range(2):
+        local = Fp8Linear.from_deepseek(full.weight[rank * 256:(rank + 1) * 256],
+                                        full.weight_scale_inv[rank * 2:(rank + 1) * 2], full.bias[rank * 256:][:256])
+        p = tp.from_shard(local, "column", (rank, 2), 256, 512)
+        assert torch.equal(p.effective_weight(), tp.shard(full, "column", (rank, 2)).effective_weight())
+    w = int_weight(512, 128, 4, 64, seed=9)
+    qweight, qzeros, scales = wq_format.pack_awq(w)
+    full = QuantLinear.from_awq(qweight, qzeros, scales, bias=bias_for(128))
+    for rank in range(2):
+        rows, groups = slice(rank * 256, (rank + 1) * 256), slice(rank * 4, (rank + 1) * 4)
+        local = QuantLinear.from_awq(qweight[rows], qzeros[groups], scales[groups],
+                                     bias=bias_for(128) if rank == 0 else None)
+        p = tp.from_shard(local, "row", (rank, 2), 512, 128, has_bias=True)
+        assert p.has_bias and torch.equal(p.effective_weight(), tp.shard(full, "row", (rank, 2)).effective_weight())
+
+
 def test_refusals_name_the_layer_the_tp_size_and_the_constraint():
     m = QuantLinear.from_float(float_linear(256, 96), 4, 128)
     with pytest.raises(ValueError, match=r"layer 'l.q_proj', tensor-parallel size 5: out_features \(N\)=96 must divide"):

@@ -251,7 +251,7 @@ def test_sharded_llama_against_tp1(group, label):
     assert rel_err(y, ref) < MODEL_BOUND, rel_err(y, ref)
     # a few greedy decode steps through the KV cache
     with torch.no_grad():
-        out = sharded.generate(ids[:1].cuda(), max_new_tokens=8, do_sample=False)
+        out = sharded.generate(ids[:1].cuda(), max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
     assert out.shape == (1, 41)
 
 

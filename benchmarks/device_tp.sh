@@ -20,7 +20,7 @@ elif [ "$NGPU" -lt 2 ]; then
   echo "only $NGPU GPU(s): use ONE_GPU=1 (benchmarks/device_tp_1gpu.sh)"; exit 2
 fi
 if [ -z "${SKIP_BUILD:-}" ]; then
-  for f in ${FAMILIES:-fpaintb_gemv fpaintb_gemm fpaintb_dequant act_quant w8a8_gemm w8a8_gemm_sm90 fp8_act_quant fp8_blockwise_gemm}; do
+  for f in ${FAMILIES:-fpaintb_gemv fpaintb_gemm fpaintb_gemm_sm90 fpaintb_dequant act_quant w8a8_gemm w8a8_gemm_sm90 w8a8_gemm_promote fp8_act_quant fp8_blockwise_gemm}; do
     timeout 300 python3 -m qgemm build --sm 90 -j 16 --family $f 2>&1 | tail -1
   done
 fi

@@ -23,6 +23,7 @@ unquantized layers) are loaded into the model with load_state_dict.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -321,11 +322,11 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
         if on_meta:
             device = None  # a model built on the meta device takes the checkpoint's tensors as they are
     layers = {}
-    for name in _layer_names(tensors, fmt):
-        layers[name] = build_layer(name, fmt.scheme_for(name), tensors, used, device)
-        style = None if process_group is None else _tp.style_for(name, tp_plan)
-        if style is not None:  # shard on load: the full layer is dropped once its shard is cut
-            layers[name] = _tp.shard(layers[name], style, process_group, name)
+    # Shard on load, one parent module at a time (an MLP's shards are planned together, qgemm/tp.py):
+    # the full layers are dropped once their shards are cut. The names are sorted: siblings are adjacent.
+    for _, names in itertools.groupby(_layer_names(tensors, fmt), key=lambda n: n.rpartition(".")[0]):
+        built = {name: build_layer(name, fmt.scheme_for(name), tensors, used, device) for name in names}
+        layers.update(built if process_group is None else _tp.shard_layers(built, process_group, tp_plan))
     if model is None:
         return layers
 

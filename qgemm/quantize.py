@@ -176,7 +176,8 @@ def quantize_(model: nn.Module, config, filter_fn=None, *, process_group=None, t
     process_group (tensor parallelism, qgemm/tp.py): each layer that tp_plan ({regex: "column" |
     "row"}, default qgemm.tp.DEFAULT_TP_PLAN: Llama's q/k/v/gate/up column, o/down row) matches is
     quantized whole, then cut into this rank's shard of its quantized tensors (so every rank computes
-    with the TP=1 model's weights); matching layers left unquantized are sliced too."""
+    with the TP=1 model's weights); matching layers left unquantized are sliced too. Pass a
+    ProcessGroup (dist.group.WORLD for the default one), or (rank, world_size) to shard offline."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, CONFIGS):
@@ -204,15 +205,12 @@ def quantize_(model: nn.Module, config, filter_fn=None, *, process_group=None, t
             continue
         with torch.no_grad():
             new = config.convert(*args)
-            style = None if process_group is None else _tp.style_for(name, tp_plan)
-            if style is not None:
-                new = _tp.shard(new, style, process_group, name)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         report.replaced.append(name)
     if process_group is not None:
-        with torch.no_grad():
-            _tp.parallelize(model, process_group, tp_plan)  # the matching layers left as nn.Linear
+        with torch.no_grad():  # every layer whole first: an MLP's shards are planned together (qgemm/tp.py)
+            _tp.parallelize(model, process_group, tp_plan)
     log.info("quantize_ %s: %d layers replaced, %d skipped", type(config).__name__, len(report.replaced),
              len(report.skipped))
     return report

@@ -183,7 +183,7 @@ def _row_shard(local, m, tp: TPGroup, k: int, n: int, ks: int, src=None) -> Shar
     return Shard(local, ROW, k, n, ks, n, src=src, has_bias=m.bias is not None, activation=activation)
 
 
-def _shard_quant_linear(m: QuantLinear, style: str, tp: TPGroup, name: str) -> Shard:
+def _shard_quant_linear(m: QuantLinear, style: str, tp: TPGroup, name: str, features=None) -> Shard:
     lay = fpaintb_layout(m.bits)
     k, n, g, bits = m.in_features, m.out_features, m.group_size, m.bits
     perm = m._perm()
@@ -191,48 +191,67 @@ def _shard_quant_linear(m: QuantLinear, style: str, tp: TPGroup, name: str) -> S
     if style == COLUMN:
         n0, n1 = _even_split(n, tp, name, "out_features (N)")
         ns = n1 - n0
-        bias = None if m.bias is None else m.bias[n0:n1]
-        if n0 % lay.interleave == 0 and ns % lay.n_alignment == 0:
+        if features is None and n0 % lay.interleave == 0 and ns % lay.n_alignment == 0:
             # Packed row i holds columns [i * interleave, (i + 1) * interleave): slice the rows.
             il = lay.interleave
             local = _quant_linear(m.qweight[n0 // il:n1 // il], m.scales[:, n0:n1],
-                                  None if m.qzeros is None else m.qzeros[:, n0:n1], bits, g, k, ns, perm, bias,
-                                  m.activation, act_order)
+                                  None if m.qzeros is None else m.qzeros[:, n0:n1], bits, g, k, ns, perm,
+                                  None if m.bias is None else m.bias[n0:n1], m.activation, act_order)
             return Shard(local, COLUMN, k, n, k, ns)
-        # Not on the interleave or not 8 columns: unpack, pad with zero-weight columns (codes at the
-        # zero point, scale 0), pack again; the output is narrowed back to ns.
+        # Columns not on the interleave, not 8 of them, or chosen (features): unpack, gather, pad
+        # with zero-weight columns (codes at the zero point, scale 0), pack again; the output is
+        # narrowed back to ns.
+        cols = torch.arange(n0, n1, device=m.qweight.device) if features is None else features.to(m.qweight.device)
         pad = _round_up(ns, lay.n_alignment) - ns
-        u = m.int_weight().codes()[:, n0:n1]
+        u = m.int_weight().codes().index_select(1, cols)
         zero_code = 2 ** (bits - 1) if m.qzeros is None else 0
         u = torch.cat([u, torch.full((k, pad), zero_code, dtype=torch.uint8, device=u.device)], dim=1)
-        scales = F.pad(m.scales[:, n0:n1], (0, pad))
-        zeros = None if m.qzeros is None else F.pad(m.qzeros[:, n0:n1], (0, pad))
-        bias = None if bias is None else F.pad(bias, (0, pad))
+        scales = F.pad(m.scales.index_select(1, cols), (0, pad))
+        zeros = None if m.qzeros is None else F.pad(m.qzeros.index_select(1, cols), (0, pad))
+        bias = None if m.bias is None else F.pad(m.bias.index_select(0, cols), (0, pad))
         local = _quant_linear(_pack(u, bits), scales, zeros, bits, g, k, ns + pad, perm, bias, m.activation, act_order)
-        return Shard(local, COLUMN, k, n, k, ns, out_offset=0)
+        return Shard(local, COLUMN, k, n, k, ns, out_offset=0 if pad else None)
 
     k0, k1 = _even_split(k, tp, name, "in_features (K)")
     ks = k1 - k0
     per_channel = g == k
-    aligned = perm is None and k0 % lay.tile_rows == 0 and ks % lay.k_alignment == 0 and \
-        (per_channel or (k0 % g == 0 and ks % g == 0))
-    if aligned:
-        # K runs along each packed row in 64-row tiles of interleave * 64 * bits / 8 bytes.
-        per_k = lay.interleave * bits // 8
+    per_k = lay.interleave * bits // 8  # K runs along each packed row in 64-row tiles of interleave*64*bits/8 bytes
+    bias, act = _row_epilogue(m, tp)
+    if features is None and perm is None and k0 % lay.tile_rows == 0 and ks % lay.k_alignment == 0 and \
+            (per_channel or (k0 % g == 0 and ks % g == 0)):
         scales = m.scales if per_channel else m.scales[k0 // g:k1 // g]
         zeros = m.qzeros if per_channel or m.qzeros is None else m.qzeros[k0 // g:k1 // g]
-        bias, act = _row_epilogue(m, tp)
         local = _quant_linear(m.qweight[:, k0 * per_k:k1 * per_k], scales, zeros, bits, ks if per_channel else g,
                               ks, n, bias=bias, activation=act)
         return _row_shard(local, m, tp, k, n, ks)
-    # Act-order or a group cut by the split: the rank's rows, in input order, with their groups.
+    if features is not None and perm is not None and _whole_groups(m, tp) and torch.equal(features.cpu(),
+                                                                                      perm[k0:k1].cpu()):
+        # Act-order with this rank's inputs chosen as stored rows [k0, k1) (plan_features): whole
+        # groups in order, so a slice of the packed stored rows and of the scales; x_local arrives in
+        # that order (the column layers before it produce those features), so no permutation is left.
+        zeros = None if m.qzeros is None else m.qzeros[k0 // g:k1 // g]
+        local = _quant_linear(m.qweight[:, k0 * per_k:k1 * per_k], m.scales[k0 // g:k1 // g], zeros, bits, g, ks, n,
+                              bias=bias, activation=act)
+        return _row_shard(local, m, tp, k, n, ks)
+    # Act-order or a group cut by the split: the rank's rows, in the order x_local has them, with
+    # their groups in the full scales.
     codes = m.int_weight().codes()
     u = codes if perm is None else torch.empty_like(codes).index_copy_(0, perm, codes)
     g_idx = m.g_idx.long() if m.g_idx is not None else torch.arange(k, device=codes.device) // g
-    bias, act = _row_epilogue(m, tp)
-    local, src = regroup_rows(u[k0:k1], g_idx[k0:k1], m.scales, m.qzeros, bits, name=name,
-                              world_size=tp.world_size, bias=bias, activation=act)
+    rows = torch.arange(k0, k1, device=codes.device) if features is None else features.to(codes.device)
+    local, src = regroup_rows(u.index_select(0, rows), g_idx.index_select(0, rows), m.scales, m.qzeros, bits,
+                              name=name, world_size=tp.world_size, bias=bias, activation=act)
     return _row_shard(local, m, tp, k, n, ks, src)
+
+
+def _whole_groups(m: QuantLinear, tp: TPGroup) -> bool:
+    """Whether K / tp rows are whole groups and whole 64-row tiles (so stored rows slice cleanly)."""
+    lay = fpaintb_layout(m.bits)
+    k, g = m.in_features, m.group_size
+    if k % tp.world_size or g == k:
+        return False
+    ks = k // tp.world_size
+    return ks % g == 0 and ks % lay.k_alignment == 0 and ks % lay.tile_rows == 0
 
 
 def _kernel_group(counts: torch.Tensor, bits: int, zero: bool) -> tuple[int, int]:
@@ -403,20 +422,22 @@ def _shard_w8a8(m: W8A8Linear, style: str, tp: TPGroup, name: str) -> Shard:
     return _row_shard(local, m, tp, k, n, k1 - k0)
 
 
-def _shard_float(m: nn.Linear, style: str, tp: TPGroup, name: str) -> Shard:
+def _shard_float(m: nn.Linear, style: str, tp: TPGroup, name: str, features=None) -> Shard:
     k, n = m.in_features, m.out_features
     w = m.weight.detach()
     if style == COLUMN:
         n0, n1 = _even_split(n, tp, name, "out_features (N)")
+        cols = torch.arange(n0, n1, device=w.device) if features is None else features.to(w.device)
         local = nn.Linear(k, n1 - n0, m.bias is not None, device="meta")
-        local.weight = nn.Parameter(w[n0:n1].clone(), requires_grad=m.weight.requires_grad)
+        local.weight = nn.Parameter(w.index_select(0, cols), requires_grad=m.weight.requires_grad)
         if m.bias is not None:
-            local.bias = nn.Parameter(m.bias.detach()[n0:n1].clone(), requires_grad=m.bias.requires_grad)
+            local.bias = nn.Parameter(m.bias.detach().index_select(0, cols), requires_grad=m.bias.requires_grad)
         return Shard(local, COLUMN, k, n, k, n1 - n0)
     k0, k1 = _even_split(k, tp, name, "in_features (K)")
+    rows = torch.arange(k0, k1, device=w.device) if features is None else features.to(w.device)
     bias = _row_epilogue(m, tp)[0]
     local = nn.Linear(k1 - k0, n, bias is not None, device="meta")
-    local.weight = nn.Parameter(w[:, k0:k1].clone(), requires_grad=m.weight.requires_grad)
+    local.weight = nn.Parameter(w.index_select(1, rows), requires_grad=m.weight.requires_grad)
     if bias is not None:
         local.bias = nn.Parameter(bias.detach().clone(), requires_grad=m.bias.requires_grad)
     return _row_shard(local, m, tp, k, n, k1 - k0)
@@ -427,25 +448,83 @@ def _assign(module, **buffers):
         module._buffers[key] = None if value is None else value.detach().contiguous()
 
 
-def shard(module: nn.Module, style: str, process_group, name: str = "") -> nn.Module:
+def shard(module: nn.Module, style: str, process_group, name: str = "", features: torch.Tensor | None = None
+          ) -> nn.Module:
     """This rank's ColumnParallelLinear / RowParallelLinear of a full layer (QuantLinear, Fp8Linear,
-    W8A8Linear or nn.Linear), cut from its quantized tensors (module docstring)."""
+    W8A8Linear or nn.Linear), cut from its quantized tensors (module docstring).
+
+    features (QuantLinear and nn.Linear only; plan_features makes them): the feature indices this
+    rank takes instead of the contiguous range, output columns (column) or input features in the
+    order x_local has them (row)."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     tp = tp_group(process_group)
+    if features is not None:
+        size = module.out_features if style == COLUMN else module.in_features
+        if not isinstance(module, (QuantLinear, nn.Linear)):
+            raise TypeError(f"layer {name!r}: features= takes QuantLinear or nn.Linear, got {type(module).__name__}")
+        if size % tp.world_size or tuple(features.shape) != (size // tp.world_size,):
+            raise ValueError(f"layer {name!r}: features must hold {size} / {tp.world_size} indices, got shape "
+                             f"{tuple(features.shape)}")
     if isinstance(module, QuantLinear):
-        part = _shard_quant_linear(module, style, tp, name)
+        part = _shard_quant_linear(module, style, tp, name, features)
     elif isinstance(module, Fp8Linear):
         part = _shard_fp8(module, style, tp, name)
     elif isinstance(module, W8A8Linear):
         part = _shard_w8a8(module, style, tp, name)
     elif isinstance(module, nn.Linear):
-        part = _shard_float(module, style, tp, name)
+        part = _shard_float(module, style, tp, name, features)
     else:
         raise TypeError(f"layer {name!r}: only QuantLinear, Fp8Linear, W8A8Linear and nn.Linear shard, got "
                         f"{type(module).__name__}")
     cls = ColumnParallelLinear if style == COLUMN else RowParallelLinear
-    return cls(part, tp, name)
+    module = cls(part, tp, name)
+    module.features = features
+    return module
+
+
+# An MLP's intermediate features may be numbered in any order as long as gate, up and down agree. An
+# act-order down_proj can then be dealt out whole groups per rank: rank r takes the features of its
+# stored rows [r K/tp, (r+1) K/tp) (input features sorted by group), and gate/up produce exactly those
+# columns, in that order. No padding, no gather of x, no permutation left (regroup_rows would pad
+# each group's run: +25% weight bytes at TP=2, x2 at TP=8 for K=14336, g=128).
+PERMUTABLE_INPUTS = {"down_proj": ("gate_proj", "up_proj")}
+
+
+def plan_features(modules: dict, process_group, tp_plan: dict | None = None) -> dict:
+    """{layer name: this rank's feature indices} for the act-order row layers (PERMUTABLE_INPUTS)
+    whose feeding column layers are all in `modules` and can take chosen columns; {} otherwise."""
+    tp = tp_group(process_group)
+    out = {}
+    if tp.world_size == 1:
+        return out
+    for name, module in modules.items():
+        prefix, _, leaf = name.rpartition(".")
+        if leaf not in PERMUTABLE_INPUTS or style_for(name, tp_plan) != ROW or not isinstance(module, QuantLinear):
+            continue
+        perm = module._perm()
+        if perm is None or not _whole_groups(module, tp):
+            continue
+        feeders = [f"{prefix}.{s}" if prefix else s for s in PERMUTABLE_INPUTS[leaf]]
+        if not all(f in modules and style_for(f, tp_plan) == COLUMN and isinstance(modules[f], (QuantLinear, nn.Linear))
+                   and modules[f].out_features == module.in_features for f in feeders):
+            continue
+        ks = module.in_features // tp.world_size
+        features = perm[tp.rank * ks:(tp.rank + 1) * ks].clone()
+        for f in (name, *feeders):
+            out[f] = features
+    return out
+
+
+def shard_layers(modules: dict, process_group, tp_plan: dict | None = None) -> dict:
+    """{name: module} -> the same with each layer the plan names replaced by this rank's shard
+    (feature orders from plan_features)."""
+    features = plan_features(modules, process_group, tp_plan)
+    out = {}
+    for name, module in modules.items():
+        style = style_for(name, tp_plan)
+        out[name] = module if style is None else shard(module, style, process_group, name, features.get(name))
+    return out
 
 
 def from_shard(local: nn.Module, style: str, process_group, in_features: int, out_features: int, *,
@@ -577,21 +656,16 @@ PARALLEL_MODULES = (ColumnParallelLinear, RowParallelLinear)
 
 def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) -> list[str]:
     """Replace, in place, every nn.Linear / qgemm linear module of `model` whose name the plan
-    matches with this rank's shard; returns the names replaced. (quantize_ and load_quantized call
-    `shard` per layer as they build; this catches the layers they left as nn.Linear.)"""
+    matches with this rank's shard (shard_layers); returns the names replaced."""
     tp = tp_group(process_group)
-    names = []
-    for name, module in list(model.named_modules()):
-        if not isinstance(module, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear)) or _inside_parallel(model, name):
-            continue
-        style = style_for(name, tp_plan)
-        if style is None:
-            continue
+    candidates = {name: module for name, module in model.named_modules()
+                  if isinstance(module, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear))
+                  and not _inside_parallel(model, name) and style_for(name, tp_plan) is not None}
+    for name, module in shard_layers(candidates, tp, tp_plan).items():
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, shard(module, style, tp, name))
-        names.append(name)
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
     shard_head_counts(model, tp)
-    return names
+    return list(candidates)
 
 
 # Attention modules of older transformers versions (and many hand-written ones) keep their head

@@ -229,6 +229,57 @@ def test_act_order_row_shard_pads_less_than_full_k():
         assert torch.equal(torch.sort(real).values, torch.arange(2048))
 
 
+class ActOrderMLP(nn.Module):
+    """gate/up (RTN int4 or float) feeding an act-order GPTQ down_proj."""
+
+    def __init__(self, hidden=256, inter=1024, float_feeders=False):
+        super().__init__()
+        make = (lambda k, n, seed: float_linear(k, n, False, seed)) if float_feeders else \
+            (lambda k, n, seed: QuantLinear.from_float(float_linear(k, n, False, seed), 4, 128))
+        self.gate_proj, self.up_proj = make(hidden, inter, 1), make(hidden, inter, 2)
+        self.down_proj = gptq_act_order(inter, hidden, 4, 128)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.mark.parametrize("float_feeders", [False, True])
+@pytest.mark.parametrize("world", [2, 4])
+def test_act_order_mlp_deals_whole_groups(world, float_feeders):
+    """plan_features: an act-order down_proj takes whole groups per rank (its stored rows), gate/up
+    produce exactly those features: no padding, no gather of x, and the MLP over the ranks sums to
+    the unsharded one."""
+    full = ActOrderMLP(float_feeders=float_feeders)
+    x = x_for(full.gate_proj if not float_feeders else full.down_proj, m=3)[:, :256].double()
+    w_gate, w_up, w_down = weight_t(full.gate_proj), weight_t(full.up_proj), weight_t(full.down_proj)
+    expected = (F.silu(x @ w_gate) * (x @ w_up)) @ w_down
+    total, seen = 0, []
+    for rank in range(world):
+        model = ActOrderMLP(float_feeders=float_feeders)
+        tp.parallelize(model, (rank, world))
+        down, gate, up = model.down_proj, model.gate_proj, model.up_proj
+        assert down.src is None and down.local.g_idx is None and down.local.group_size == 128
+        assert down.local.in_features == 1024 // world
+        f = down.features
+        assert torch.equal(gate.features, f) and torch.equal(up.features, f)
+        assert torch.equal(down.effective_weight(), w_down[f]) and torch.equal(gate.effective_weight(), w_gate[:, f])
+        assert torch.equal(up.effective_weight(), w_up[:, f])
+        seen.append(f)
+        total = total + (F.silu(x @ gate.effective_weight()) * (x @ up.effective_weight())) @ down.effective_weight()
+    assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(1024))
+    torch.testing.assert_close(total, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_act_order_down_without_its_feeders_is_regrouped():
+    """Without gate/up to follow it (another name, or not in the plan), down_proj keeps contiguous
+    inputs and is regrouped (padding, x gather)."""
+    model = ActOrderMLP()
+    plan = {r"down_proj$": "row"}
+    tp.parallelize(model, (0, 2), plan)
+    assert model.down_proj.src is not None and model.down_proj.features is None
+    assert isinstance(model.gate_proj, QuantLinear)
+
+
 def test_gptq_pre_sharded_row_shard_matches_shard_on_load():
     w = int_weight(512, 128, 4, 64, seed=8, act_order=True)
     qweight, qzeros, scales, g_idx = wq_format.pack_gptq(w, zero_offset=1)
@@ -405,6 +456,30 @@ def test_load_quantized_with_process_group(tmp_path):
         assert isinstance(model.model.layers[0].self_attn.q_proj, tp.ColumnParallelLinear)
 
 
+def test_load_quantized_plans_act_order_mlp(tmp_path):
+    """GPTQ desc_act checkpoint with gate/up/down: load_quantized shards each MLP together
+    (plan_features): down_proj takes whole groups, and the ranks' MLPs sum to the TP=1 load's."""
+    from test_checkpoint_cpu import write_folder
+    tensors = {}
+    for name, (k, n) in {"mlp.gate_proj": (256, 512), "mlp.up_proj": (256, 512), "mlp.down_proj": (512, 256)}.items():
+        w = int_weight(k, n, 4, 64, seed=k + n + len(name), act_order=True)
+        for leaf, t in zip(("qweight", "qzeros", "scales", "g_idx"), wq_format.pack_gptq(w, zero_offset=1)):
+            tensors[f"{name}.{leaf}"] = t
+    folder = write_folder(tmp_path / "ckpt", {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True},
+                          tensors)
+    full = qgemm.load_quantized(folder)
+    x = torch.randn(3, 256, generator=gen(1), dtype=torch.float64)
+    w = {name.split(".")[-1]: full[name].dequantize() for name in full}
+    expected = (F.silu(x @ w["gate_proj"]) * (x @ w["up_proj"])) @ w["down_proj"]
+    total = 0
+    for rank in range(2):
+        layers = qgemm.load_quantized(folder, process_group=(rank, 2))
+        gate, up, down = (layers[f"mlp.{n}"] for n in ("gate_proj", "up_proj", "down_proj"))
+        assert down.src is None and down.features is not None and torch.equal(gate.features, down.features)
+        total = total + (F.silu(x @ gate.effective_weight()) * (x @ up.effective_weight())) @ down.effective_weight()
+    torch.testing.assert_close(total, expected, rtol=1e-12, atol=1e-12)
+
+
 # --- two processes, gloo ----------------------------------------------------------------------------------------
 
 def _gloo_worker(rank, world, init_file, results):
@@ -438,6 +513,14 @@ def _gloo_worker(rank, world, init_file, results):
             p = tp.shard(full, "row", group, name="down_proj")
             y_tp = p(xa[:, rank * 256:(rank + 1) * 256])
         out["gptq_act_order"] = ((y_tp.double() - y_full.double()).norm() / y_full.double().norm()).item()
+        # an act-order MLP dealt out in whole groups (plan_features)
+        full, model = ActOrderMLP(), ActOrderMLP()
+        tp.parallelize(model, group)
+        assert model.down_proj.features is not None
+        xm = x.half()
+        with torch.no_grad():
+            y_full, y_tp = full(xm), model(xm)
+        out["act_order_mlp"] = ((y_tp.double() - y_full.double()).norm() / y_full.double().norm()).item()
         results[rank] = out
     finally:
         dist.destroy_process_group()
@@ -455,7 +538,8 @@ def test_two_process_gloo_matches_unsharded(tmp_path):
     manager = mp.Manager()
     results = manager.dict()
     mp.spawn(_gloo_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
-    bounds = {"int4": 2e-3, "int8": 2e-3, "w8a8_asym": 1e-5, "w8a8_sym": 1e-5, "gptq_act_order": 2e-3}
+    bounds = {"int4": 2e-3, "int8": 2e-3, "w8a8_asym": 1e-5, "w8a8_sym": 1e-5, "gptq_act_order": 2e-3,
+              "act_order_mlp": 2e-3}
     for rank in range(2):
         for label, err in results[rank].items():
             assert err < bounds[label], (rank, label, err)

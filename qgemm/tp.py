@@ -5,7 +5,8 @@
     row-parallel    (o_proj, down_proj): each rank holds a slice of the input features K, takes its
                     slice of x (what the column-parallel layer before it returned) and computes a
                     partial y over all N; the partials are summed with torch.distributed.all_reduce
-                    (NCCL on GPUs), then the bias is added once and the activation applied.
+                    (NCCL on GPUs); rank 0's kernel adds the bias (once), the activation follows
+                    the sum.
 
 Shards are cut from the layer's own quantized tensors (codes, scales, zero points, block scales),
 never by dequantizing and quantizing again, so a TP model computes with exactly the weights of the
@@ -25,6 +26,9 @@ TP=1 model (tests/test_tp_cpu.py checks the dequantized shards bit for bit):
             group size g' (32..256, chosen for the fewest bytes), the scales of each kernel group
             gathered from the full tensor. The padded rows read an appended exact-zero column of x
             (the module gathers x through `src`), so they add exactly nothing, NaN/Inf in x included.
+            A kernel group of 32 rows (what the padding usually picks) keeps large M off the Sm90
+            kernel (its K tiles are 64 deep). An act-order down_proj whose gate/up follow it is
+            instead dealt out in whole groups (plan_features): no padding at all.
   Fp8Linear (128 x 128 blocks), W8A8Linear symmetric (128 x block_size blocks)
     column  N split; a shard that does not start on a 128-row block or is not a multiple of 8 rows
             is padded with zero rows in front (so that its rows keep their block) and behind, and
@@ -54,7 +58,7 @@ from torch import nn
 from cutlass_gen.fpaintb_layout import layout as fpaintb_layout
 
 from . import wq_format
-from .fp8 import GROUP as FP8_BLOCK, N_ALIGNMENT as FP8_N_ALIGNMENT, Fp8Weight
+from .fp8 import GROUP as FP8_BLOCK, N_ALIGNMENT as FP8_N_ALIGNMENT
 from .fpaintb import GROUP_SIZES as FPAINTB_GROUP_SIZES, IntBWeight
 from .nn import Fp8Linear, QuantLinear, W8A8Linear
 from .w8a8 import N_ALIGNMENT as W8A8_N_ALIGNMENT, WEIGHT_BLOCK_N as W8A8_BLOCK_N
@@ -411,7 +415,7 @@ def _shard_w8a8(m: W8A8Linear, style: str, tp: TPGroup, name: str) -> Shard:
                       weight_scale=F.pad(m.weight_scale[:, n0:n1], (0, pad)),
                       weight_offset=F.pad(m.weight_offset[:, n0:n1], (0, pad)))
         return Shard(local, COLUMN, k, n, k, ns, out_offset=0 if pad else None)
-    k0, k1 = _split_k_blocks(k, bs, tp, name, f"the W8A8 block_size, also the activation block")
+    k0, k1 = _split_k_blocks(k, bs, tp, name, "the W8A8 block_size, also the activation block")
     b0, b1 = k0 // bs, k1 // bs
     bias, act = _row_epilogue(m, tp)
     if sym:
@@ -552,8 +556,13 @@ def from_shard(local: nn.Module, style: str, process_group, in_features: int, ou
 # --- the modules -----------------------------------------------------------------------------------------
 
 class _ParallelLinear(nn.Module):
+    """What both parallel modules share: the local module, the full and local sizes, the rank, and
+    `features` (None: the contiguous range of the rank; else the feature indices plan_features
+    chose, the same for an MLP's gate, up and down)."""
+
     def __init__(self, part: Shard, tp: TPGroup, name: str):
         super().__init__()
+        self.features = None
         self.local = part.local
         self.in_features, self.out_features = part.in_features, part.out_features
         self.local_in_features, self.local_out_features = part.local_in, part.local_out
@@ -563,7 +572,8 @@ class _ParallelLinear(nn.Module):
     def effective_weight(self) -> torch.Tensor:
         """float64 [local_in_features, local_out_features]: x_local @ this is what this rank
         computes (before any reduction), padding undone. Concatenated over ranks (column: along N,
-        row: along K) it is the unsharded layer's dequantized weight, bit for bit."""
+        row: along K) it is the unsharded layer's dequantized weight, bit for bit (in the order of
+        the ranks' `features` where plan_features chose them)."""
         local = self.local
         if isinstance(local, QuantLinear):
             w = local.dequantize()                                       # [K', N']

@@ -11,7 +11,6 @@ sum is only reassociated), and each local module's own forward computes x_r @ W_
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch

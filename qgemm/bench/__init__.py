@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import platform
 import time
 
 from . import report
@@ -58,6 +57,20 @@ def parse_ms(text: str) -> list[int]:
     return list(dict.fromkeys(parse_ints(text, "--m")))
 
 
+def preview(name: str, dtype: str | None = None, warm: bool = False) -> dict:
+    """The part of a result known before anything is timed (enough for report.format_header/format_row)."""
+    mod = family(name)
+    return {
+        "family": name,
+        "dtype": dtype or getattr(mod, "DEFAULT_DTYPE", "f16"),
+        "m_label": mod.M_LABEL,
+        "primary": mod.PRIMARY,
+        "baseline": mod.BASELINE,
+        "columns": [key for key, _ in mod.COLUMNS] + ([key for key, _ in mod.WARM_COLUMNS] if warm else []),
+        "warm": warm,
+    }
+
+
 def run(name: str, shapes=None, ms=None, *, dtype: str | None = None, warm: bool = False,
         progress=None, **family_options) -> dict:
     """Time family `name` over shapes x ms (the family's defaults where None) on the current GPU and
@@ -70,7 +83,8 @@ def run(name: str, shapes=None, ms=None, *, dtype: str | None = None, warm: bool
     from .timing import copy_bandwidth, l2_bytes
 
     mod = family(name)
-    dtype = dtype or getattr(mod, "DEFAULT_DTYPE", "f16")
+    head = preview(name, dtype, warm)
+    dtype = head["dtype"]
     if dtype not in peers.DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(peers.DTYPES)}, got {dtype!r}")
     if not torch.cuda.is_available():
@@ -85,23 +99,20 @@ def run(name: str, shapes=None, ms=None, *, dtype: str | None = None, warm: bool
         rows.append(row)
         if progress:
             progress(row)
-    extras = mod.extras(bandwidth) if hasattr(mod, "extras") else {}
+    try:  # host overheads and the like: nice to have, never worth the run
+        extras = mod.extras(bandwidth) if hasattr(mod, "extras") else {}
+    except Exception as e:  # noqa: BLE001
+        logger.warning("qgemm bench %s: extras failed: %s", name, e)
+        extras = {}
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {
         "schema": SCHEMA,
-        "family": name,
+        **head,
         "device": torch.cuda.get_device_name(),
         "capability": list(torch.cuda.get_device_capability()),
         "sm_count": props.multi_processor_count,
         "torch": torch.__version__,
         "qgemm": qgemm.__version__,
-        "host": platform.node(),
-        "dtype": dtype,
-        "m_label": mod.M_LABEL,
-        "primary": mod.PRIMARY,
-        "baseline": mod.BASELINE,
-        "columns": [key for key, _ in mod.COLUMNS] + ([key for key, _ in mod.WARM_COLUMNS] if warm else []),
-        "warm": warm,
         "l2_bytes": l2_bytes(),
         "rotation_factor": ROTATION_FACTOR,
         "copy_bandwidth_GBps": bandwidth / 1e9,

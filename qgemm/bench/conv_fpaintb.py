@@ -32,7 +32,7 @@ WARM_COLUMNS = [("int4_warm_us", "int4 warm"), ("cudnn_warm_us", "cud warm")]
 
 
 def parse_shape(text: str) -> tuple:
-    shape = _parse_conv_shape(text, SHAPES)
+    shape = _parse_conv_shape(text, RESNET50)
     if shape[2] % 8:
         raise ValueError(f"--shapes: the FpA x IntB conv needs in channels a multiple of 8, got {shape[2]} "
                          f"in {text!r}")

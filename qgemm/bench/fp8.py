@@ -73,7 +73,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
         weights = [qgemm.Fp8Weight.from_float(w) for _ in range(copies)]
         plans = [qgemm.Fp8GemmPlan(wt, out_dtype=dt) for wt in weights]
         w16 = [w.to(dt) for _ in range(copies16)]
-        del w
+        w = None  # (not del: the lambdas above close over them)
         prebuild([plans[0]], ms)
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=dt)
@@ -103,7 +103,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
             if hook:
                 hook(row, plan=plans[0], xa=xa)
             yield row
-        del weights, plans, w16
+        weights = plans = w16 = None  # (not del: the lambdas above close over them)
         torch.cuda.empty_cache()
 
 

@@ -114,7 +114,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, bf16_columns: b
             if hook:
                 hook(row, plans=plans, x=x)
             yield row
-        del ws, w4, plans, plans_sm80, plans_bf16, wb
+        ws = w4 = plans = plans_sm80 = plans_bf16 = wb = None  # (not del: the lambdas above close over them)
         torch.cuda.empty_cache()
 
 

@@ -133,14 +133,19 @@ def write_plot(result, path) -> Path:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=shape)
         ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
+        ms = sorted({r["m"] for r in result["rows"]})
+        if ms:  # tick the M values measured, written out (1, 16, 4096), not as powers of two
+            ax.set_xticks(ms, [str(m) for m in ms])
+            ax.minorticks_off()
         ax.set_xlabel(result["m_label"])
         peer = "cuDNN" if result["baseline"].startswith("cudnn") else "cuBLAS"
-        ax.set_ylabel(f"speedup vs {peer} {result['dtype'].upper()} (> 1: qgemm faster)")
+        dtype = {"f16": "FP16", "bf16": "BF16"}.get(result["dtype"], result["dtype"])
+        ax.set_ylabel(f"speedup vs {peer} {dtype} (> 1: qgemm faster)")
         ax.set_title(f"qgemm {result['family']} on {result['device']}: {result['baseline']} / {result['primary']}",
                      fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         if shapes:
-            ax.legend(fontsize=8, loc="best")
+            ax.legend(fontsize=7, loc="best", ncol=1 if len(shapes) <= 8 else 2)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format="png")

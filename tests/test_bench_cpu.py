@@ -351,3 +351,14 @@ def test_bench_w8a8_end_to_end(tmp_path):
     if not plot:
         png = (out / "bench_w8a8.png").read_bytes()
         assert png.startswith(PNG_SIGNATURE) and len(png) > 1000
+
+
+def test_a_json_result_replots_on_another_machine(tmp_path, capsys):
+    """python -m qgemm.bench.report: JSON from a GPU machine without matplotlib, drawn here."""
+    pytest.importorskip("matplotlib")
+    path = report.write_json(fake_result("fp8"), tmp_path / "bench_fp8.json")
+    back = report.read_json(path)
+    assert math.isnan(back["rows"][0]["int_mm_us"]) and back["rows"][0]["m"] == 1
+    assert report.main([str(path)]) == 0
+    assert "qgemm bench fp8 on Fake GPU" in capsys.readouterr().out
+    assert (tmp_path / "bench_fp8.png").read_bytes().startswith(PNG_SIGNATURE)

@@ -152,3 +152,41 @@ def write_plot(result, path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def read_json(path) -> dict:
+    """A result write_json wrote (null back to NaN), checked against the schema."""
+    def nan(value):
+        if value is None:
+            return math.nan
+        if isinstance(value, dict):
+            return {k: nan(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [nan(v) for v in value]
+        return value
+
+    result = json.loads(Path(path).read_text())
+    result["rows"] = [{k: (math.nan if v is None else v) for k, v in row.items()} for row in result.get("rows", [])]
+    check_schema(result)
+    return result
+
+
+def main(argv=None) -> int:
+    """`python -m qgemm.bench.report RESULT.json...`: print each result's table and draw its PNG beside
+    it (for JSON brought back from a GPU machine without matplotlib)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m qgemm.bench.report", description=main.__doc__)
+    ap.add_argument("json", nargs="+", help="bench_FAMILY.json files written by `qgemm bench`")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    for name in args.json:
+        result = read_json(name)
+        print(table(result))
+        if not args.no_plot:
+            print(f"wrote {write_plot(result, Path(name).with_suffix('.png'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -135,7 +135,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
             if hook:
                 hook(row, plan=probe, x=xs[0], out=outs[0])
             yield row
-            plans = xs = outs = x_nchw = x16 = w16 = calls = None  # (not del: the lambdas above close over them)
+            plans = xs = outs = x_nchw = x16 = w16 = calls = None  # free them before the next shape
             torch.cuda.empty_cache()
 
 

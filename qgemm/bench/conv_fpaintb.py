@@ -89,5 +89,5 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
             if hook:
                 hook(row, plans={bits: ps[0] for bits, ps in plans.items()}, x=xs[0])
             yield row
-            ws = plans = xs = w16 = None  # (not del: the lambdas above close over them)
+            ws = plans = xs = w16 = None  # free them before the next shape
             torch.cuda.empty_cache()

@@ -54,9 +54,12 @@ def choice_label(c) -> str:
 
 
 def _peer(make):
-    """(callables, error): a cuBLASLt peer that may reject this shape, dtype or torch version."""
+    """(callables, error): a cuBLASLt peer that may reject this shape, dtype or torch version (one
+    eager call tells, before a CUDA graph capture would)."""
     try:
-        return make(), None
+        fns = make()
+        fns[0]()
+        return fns, None
     except (RuntimeError, ValueError, NotImplementedError, AttributeError, TypeError) as e:
         return None, str(e)[:120]
 
@@ -73,7 +76,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
         weights = [qgemm.Fp8Weight.from_float(w) for _ in range(copies)]
         plans = [qgemm.Fp8GemmPlan(wt, out_dtype=dt) for wt in weights]
         w16 = [w.to(dt) for _ in range(copies16)]
-        w = None  # (not del: the lambdas above close over them)
+        w = None  # free them before the next shape
         prebuild([plans[0]], ms)
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=dt)
@@ -103,7 +106,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
             if hook:
                 hook(row, plan=plans[0], xa=xa)
             yield row
-        weights = plans = w16 = None  # (not del: the lambdas above close over them)
+        weights = plans = w16 = None  # free them before the next shape
         torch.cuda.empty_cache()
 
 

@@ -14,6 +14,8 @@ Columns (microseconds per call, CUDA-graph replay, weights rotated through >= 4x
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 import qgemm
@@ -105,7 +107,8 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, bf16_columns: b
                 row["bf16_us"] = timed_rotating([lambda p=p: p(xb) for p in plans_bf16])
                 row["bf16_kernel"] = label(plans_bf16[0].choice(m))
                 row["cublas_bf16_us"] = timed_rotating([peers.cublas_matmul(xb, v) for v in wb])
-            row["tinygemm_us"] = timed_rotating([peers.tinygemm_int4(xb, n, k, GROUP) for _ in range(copies)])
+            tiny = try_make("tinygemm", lambda: [peers.tinygemm_int4(xb, n, k, GROUP) for _ in range(copies)])
+            row["tinygemm_us"] = timed_rotating(tiny) if tiny else math.nan
             weight_bytes = n * k // 2 + (k // GROUP) * n * 2
             row["floor4_us"] = peers.floor_us(weight_bytes + m * k * 2 + m * n * 2, bandwidth)
             if not warm:
@@ -114,7 +117,7 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, bf16_columns: b
             if hook:
                 hook(row, plans=plans, x=x)
             yield row
-        ws = w4 = plans = plans_sm80 = plans_bf16 = wb = None  # (not del: the lambdas above close over them)
+        ws = w4 = plans = plans_sm80 = plans_bf16 = wb = None  # free them before the next shape
         torch.cuda.empty_cache()
 
 

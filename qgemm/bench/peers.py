@@ -43,8 +43,10 @@ def cublaslt_blockwise_fp8(x_q: torch.Tensor, x_scale: torch.Tensor, w_q: torch.
     kb = w_scale.shape[1]
     s = F.pad(w_scale, (0, -kb % 4)) if kb % 4 else w_scale
     scale_a = x_scale.t()  # [pitch, K/128], strides (1, pitch)
-    return lambda: F.scaled_mm(a, w_q.t(), scale_a, F.ScalingType.BlockWise1x128, s.t(),
-                               F.ScalingType.BlockWise128x128, output_dtype=out_dtype)
+    # (AttributeError here, not inside a graph capture, on a torch without blockwise scaled_mm)
+    scaled_mm, act_blocks, weight_blocks = F.scaled_mm, F.ScalingType.BlockWise1x128, F.ScalingType.BlockWise128x128
+    wt, st = w_q.t(), s.t()
+    return lambda: scaled_mm(a, wt, scale_a, act_blocks, st, weight_blocks, output_dtype=out_dtype)
 
 
 def cublaslt_per_tensor_fp8(x_q: torch.Tensor, w_q: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16):
@@ -56,7 +58,7 @@ def cublaslt_per_tensor_fp8(x_q: torch.Tensor, w_q: torch.Tensor, out_dtype: tor
 
 def tinygemm_int4(x_bf16: torch.Tensor, n: int, k: int, group: int = 128):
     """torch's int4 tinygemm (torch._weight_int4pack_mm), BF16 activations, group `group`, on random
-    codes (its speed does not depend on the values). Returns (callable, weight bytes)."""
+    codes (its speed does not depend on the values)."""
     w_u8 = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=x_bf16.device)
     packed = torch._convert_weight_to_int4pack(w_u8, 8)
     scale_zeros = torch.rand(k // group, n, 2, device=x_bf16.device, dtype=torch.bfloat16)

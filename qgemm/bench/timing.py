@@ -139,7 +139,7 @@ def timed_rotating(fns) -> float:
     """bench_graph_rotating(fns), or NaN (with the reason printed) when a call raises."""
     try:
         return bench_graph_rotating(fns)
-    except (RuntimeError, ValueError, NotImplementedError) as e:
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
         print(f"  (failed: {str(e)[:100]})")
         return math.nan
 
@@ -163,7 +163,7 @@ def timed(fn) -> float:
     leaves a gap in a table instead of ending the run."""
     try:
         return bench_graph(fn)
-    except (RuntimeError, ValueError, NotImplementedError) as e:
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
         print(f"  (failed: {str(e)[:100]})")
         return math.nan
 

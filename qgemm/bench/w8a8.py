@@ -128,12 +128,12 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float):
                 if a32:
                     x32 = qgemm.quantize_activations(x, 32)
                     row["asym_b32_us"] = timed_rotating([lambda p=p: p.gemm(x32) for p in a32])
-                a32 = None  # (not del: the lambdas above close over them)
+                a32 = None  # free them before the next shape
             if not warm:
                 del row["sym_warm_us"], row["fp16_warm_us"]
             row["speedup_vs_fp16"] = ratio(row["fp16_us"], row["sym_us"])
             yield row
-        sym = asym = sym_plans = asym_plans = promote = chained = w16 = None  # (not del: the lambdas above close over them)
+        sym = asym = sym_plans = asym_plans = promote = chained = w16 = None  # free them before the next shape
         torch.cuda.empty_cache()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -362,3 +363,22 @@ def test_a_json_result_replots_on_another_machine(tmp_path, capsys):
     assert report.main([str(path)]) == 0
     assert "qgemm bench fp8 on Fake GPU" in capsys.readouterr().out
     assert (tmp_path / "bench_fp8.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("bench_w8a8.py", ["--json", "--quick", "--nk", "--m", "--sweep", "--sweep-m", "--sweep-promote", "--no-table"]),
+    ("bench_fpaintb.py", ["--json", "--sweep", "--no-bf16", "--sweep-bits", "--quick", "--nk", "--m"]),
+    ("bench_fp8.py", ["--json", "--sweep", "--quick", "--nk"]),
+    ("bench_conv.py", ["--json", "--batch", "--sweep", "--quick"]),
+    ("bench_conv_fpaintb.py", ["--json", "--batch", "--quick", "--sweep"]),
+])
+def test_benchmark_scripts_keep_the_flags_device_scripts_pass(script, flags):
+    """benchmarks/bench_*.py are wrappers over qgemm.bench now; benchmarks/device_*.sh still call them."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"}
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for flag in flags:
+        assert flag in proc.stdout, flag
+    if script == "bench_fpaintb.py":
+        assert "{sm90,sm80,all}" in proc.stdout

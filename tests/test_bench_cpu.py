@@ -3,6 +3,7 @@ errors, the no-GPU message, the JSON schema, the PNG plot written from fake rows
 rule. One GPU test runs `qgemm bench w8a8` end to end."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -382,3 +383,205 @@ def test_benchmark_scripts_keep_the_flags_device_scripts_pass(script, flags):
         assert flag in proc.stdout, flag
     if script == "bench_fpaintb.py":
         assert "{sm90,sm80,all}" in proc.stdout
+
+
+# ---- the family runners, on fakes ------------------------------------------------------------------
+# The runners only run on a GPU. Here torch's CUDA calls, qgemm's plans, the peers and the timers are
+# replaced by fakes that check every call's arguments against the real signatures, so a runner's
+# bookkeeping (arguments, row keys, warm columns, JSON, plot, the scripts' legacy tables) is exercised
+# on CPU; the times are made up.
+
+import inspect  # noqa: E402
+import types  # noqa: E402
+
+import qgemm  # noqa: E402
+import qgemm.bench.timing as bench_timing  # noqa: E402
+from qgemm.bench import peers as bench_peers  # noqa: E402
+
+
+def _checked(real, result=lambda *a, **k: None, skip_self=False):
+    """A function with `real`'s signature (checked on every call) returning result(*args)."""
+    sig = inspect.signature(real)
+
+    def fake(*args, **kwargs):
+        sig.bind(*((None,) if skip_self else ()), *args, **kwargs)
+        return result(*args, **kwargs)
+
+    return fake
+
+
+def _fake_class(real, results=None):
+    """Instances accept what real's __init__ accepts; their methods exist only where real's do and take
+    the same arguments; results[name](self, *args) gives a method's return value (default None)."""
+    results = results or {}
+
+    class Fake:
+        def __init__(self, *args, **kwargs):
+            inspect.signature(real.__init__).bind(self, *args, **kwargs)
+            self.args, self.kwargs = args, kwargs
+
+        def __call__(self, *args, **kwargs):
+            inspect.signature(real.__call__).bind(self, *args, **kwargs)
+            return results.get("__call__", lambda *a, **k: None)(self, *args, **kwargs)
+
+        def __getattr__(self, name):
+            sig = inspect.signature(getattr(real, name))  # AttributeError: real has no such method
+
+            def method(*args, **kwargs):
+                sig.bind(self, *args, **kwargs)
+                return results.get(name, lambda *a, **k: None)(self, *args, **kwargs)
+
+            return method
+
+    Fake.__name__ = f"Fake{real.__name__}"
+    return Fake
+
+
+def _no_cuda(fn):
+    def call(*args, device=None, **kwargs):
+        assert device in (None, "cuda"), device
+        return fn(*args, **kwargs)
+
+    return call
+
+
+@pytest.fixture
+def fake_gpu_stack(monkeypatch):
+    """torch's CUDA calls, qgemm's plans, the peers and the timers replaced by checked fakes; L2 1 MiB.
+    Returns the list of fn lists the timers were given."""
+    cuda = torch.cuda
+    for name, value in dict(is_available=lambda: True, current_device=lambda: 0, empty_cache=lambda: None,
+                            get_device_name=lambda device=None: "Fake GPU",
+                            get_device_capability=lambda device=None: (9, 0),
+                            get_device_properties=lambda device=None: types.SimpleNamespace(
+                                multi_processor_count=132, L2_cache_size=1 << 20)).items():
+        monkeypatch.setattr(cuda, name, value)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
+    for name in ("randn", "randint", "rand", "empty", "zeros", "ones"):
+        monkeypatch.setattr(torch, name, _no_cuda(getattr(torch, name)))
+
+    timed_lists = []
+
+    def rotating(fns):
+        fns = list(fns)
+        assert fns
+        timed_lists.append(fns)
+        fns[0]()
+        fns[-1]()
+        return 10.0 + len(timed_lists) % 7
+
+    timers = dict(timed_rotating=rotating, timed=lambda fn: rotating([fn]), bench=lambda fn, **k: rotating([fn]),
+                  bench_graph=lambda fn, **k: rotating([fn]), host_us=lambda fn, **k: (fn(), 3.0)[1],
+                  rotated_and_warm=lambda fns, warm: (rotating(fns), 5.0 if warm else None),
+                  copy_bandwidth=lambda: 2.0e12, l2_bytes=lambda: 1 << 20)
+    for mod in [bench_timing] + [bench.family(f) for f in bench.FAMILIES]:
+        for name, fake in timers.items():
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, fake)
+    monkeypatch.setattr(bench_timing, "rotation_count", lambda b, factor=4.0, l2=None: max(1, math.ceil(
+        factor * (l2 or (1 << 20)) / b)))
+    for mod in [bench.family(f) for f in bench.FAMILIES]:
+        if hasattr(mod, "rotation_count"):
+            monkeypatch.setattr(mod, "rotation_count", bench_timing.rotation_count)
+    for name in ("cublas_matmul", "int_mm", "cublaslt_blockwise_fp8", "cublaslt_per_tensor_fp8", "tinygemm_int4",
+                 "cudnn_conv2d"):
+        monkeypatch.setattr(bench_peers, name, _checked(getattr(bench_peers, name), lambda *a, **k: (lambda: None)))
+    # (block_int8_gemm(xq, x_scale, wq, w_scale, out_dtype): triton is not importable here)
+    monkeypatch.setattr(bench.family("w8a8"), "triton_peer", lambda: (lambda xq, xs, wq, ws, dt: None))
+
+    def weight(*a, **k):
+        w = a[0]
+        return types.SimpleNamespace(qweight=torch.zeros(w.shape[:2], dtype=torch.int8), scale=torch.ones(1),
+                                     scale_inv=torch.ones(1), n=w.shape[0])
+
+    def acts(x, *a, **k):
+        return types.SimpleNamespace(q=torch.zeros(x.shape, dtype=torch.int8), scale=torch.ones(1))
+
+    def conv_out(plan, h, w):
+        w_q = plan.args[0]
+        k, s, p = w_q.shape[1], plan.kwargs.get("stride", 1), plan.kwargs.get("padding", 0)
+        return (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+
+    spec = lambda *a, **k: types.SimpleNamespace(name="qgemm_fake_kernel")  # noqa: E731
+    fakes = {
+        "W8A8Weight": types.SimpleNamespace(from_float=_checked(qgemm.W8A8Weight.from_float, weight)),
+        "W8A8GemmPlan": _fake_class(qgemm.W8A8GemmPlan, {"kernel_spec": spec}),
+        "quantize_activations": _checked(qgemm.quantize_activations, acts),
+        "IntBWeight": types.SimpleNamespace(from_float=_checked(qgemm.IntBWeight.from_float, weight)),
+        "FpAIntBPlan": _fake_class(qgemm.FpAIntBPlan, {"choice": spec}),
+        "Fp8Weight": types.SimpleNamespace(from_float=_checked(qgemm.Fp8Weight.from_float, weight)),
+        "Fp8GemmPlan": _fake_class(qgemm.Fp8GemmPlan, {"choice": spec}),
+        "quantize_activations_fp8": _checked(qgemm.quantize_activations_fp8, acts),
+        "ConvInt8Quant": _checked(qgemm.ConvInt8Quant, lambda *a, **k: object()),
+        "ConvInt8Plan": _fake_class(qgemm.ConvInt8Plan, {
+            "output_hw": conv_out, "choice": lambda self, n, h, w, sm90=True: f"sm{90 if sm90 else 80}"}),
+        "IntConvWeight": types.SimpleNamespace(from_float=_checked(qgemm.IntConvWeight.from_float, weight)),
+        "FpAIntBConvPlan": _fake_class(qgemm.FpAIntBConvPlan, {"choice": spec}),
+        "prebuild": _checked(qgemm.prebuild, lambda *a, **k: []),
+    }
+    for name, fake in fakes.items():
+        monkeypatch.setattr(qgemm, name, fake)
+    for family_name, attr in (("fpaintb", "label"), ("fp8", "choice_label"), ("conv", "kernel_label"),
+                              ("conv_fpaintb", "kernel_label")):
+        monkeypatch.setattr(bench.family(family_name), attr, lambda choice: "fake-kernel")
+    return timed_lists
+
+
+SMALL = {"w8a8": "256,512;384,256", "fpaintb": "256,512", "fp8": "256,512", "conv": "conv1;l3.3x3",
+         "conv_fpaintb": "l3.3x3"}
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("family", bench.FAMILIES)
+def test_runners_on_fakes_fill_every_column(family, warm, fake_gpu_stack, tmp_path):
+    mod = bench.family(family)
+    rows_seen = []
+    result = bench.run(family, bench.parse_shapes(family, SMALL[family]), [1, 64], warm=warm,
+                       progress=rows_seen.append)
+    assert result["rows"] == rows_seen and len(rows_seen) == 2 * len(SMALL[family].split(";"))
+    optional = {"int4_sm80_us", "bf16_us", "cublas_bf16_us"} - ({"int4_sm80_us"} if family == "fpaintb" else set())
+    for row in result["rows"]:
+        for key, _ in mod.COLUMNS + (mod.WARM_COLUMNS if warm else []):
+            if key not in optional:
+                assert isinstance(row.get(key), float), (key, row.get(key))
+        if not warm:
+            assert not any(key in row for key, _ in mod.WARM_COLUMNS)
+        assert row["speedup_vs_fp16"] == pytest.approx(row[mod.BASELINE] / row[mod.PRIMARY])
+    if family == "w8a8":  # M=1 is <= 16: torch._int_mm is asked anyway (the fake takes it); block 32 at max M
+        assert "asym_b32_us" in result["rows"][1] and "asym_b32_us" not in result["rows"][0]
+    assert fake_gpu_stack, "nothing was timed"
+    report.write_json(result, tmp_path / "r.json")
+    if importlib.util.find_spec("matplotlib"):
+        report.write_plot(result, tmp_path / "r.png")
+    assert report.table(result).count("\n") > len(result["rows"])
+
+
+@pytest.mark.parametrize("script, call", [
+    ("bench_w8a8", lambda m: m.main),
+    ("bench_fpaintb", lambda m: lambda: m.run([(512, 256)], [1, 64], None, True)),
+    ("bench_fp8", lambda m: lambda: m.run([(256, 512)], [64], False)),
+    ("bench_conv", lambda m: lambda: m.run(m.RESNET50[:2], [1], False)),
+    ("bench_conv_fpaintb", lambda m: lambda: m.run(m.SHAPES[:1], [1], False)),
+])
+def test_benchmark_scripts_on_fakes(script, call, fake_gpu_stack, monkeypatch, tmp_path, capsys):
+    """The scripts' tables, legacy summaries and JSON keys over qgemm.bench's rows."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    mod = __import__(script)
+    if script == "bench_w8a8":
+        monkeypatch.setattr(sys, "argv", ["bench_w8a8.py", "--json", str(tmp_path / "w.json"), "--nk", "256x512",
+                                          "--m", "1", "--m", "64"])
+        call(mod)()
+        data = strict_json(tmp_path / "w.json")
+        assert {"device", "copy_bandwidth_GBps", "l2_bytes", "host_overhead_us_per_gemm_call", "rows",
+                "sweep"} <= set(data)
+        assert "block 32 / block 128" in capsys.readouterr().out
+        return
+    result = call(mod)()
+    report.write_json(result, tmp_path / "r.json")
+    legacy = {"bench_fpaintb": ("l2_MiB", "host_overhead_us_per_call"),
+              "bench_fp8": ("act_quant", "host_overhead_us_per_gemm_call"),
+              "bench_conv": ("host_overhead_us_per_call",), "bench_conv_fpaintb": ()}[script]
+    for key in legacy:
+        assert key in result
+    for row in result["rows"]:
+        mod._fmt(row)

@@ -243,13 +243,11 @@ def cmd_bench(args) -> int:
             logger.error("qgemm bench: the plot needs matplotlib: pip install \"qgemm[plot]\", or pass --no-plot")
             return EXIT_FAILURE
     out = Path(args.out)
-    result_head = {}
+    head = bench.preview(args.family, args.dtype, args.warm)
+    print(bench.report.format_header(head), flush=True)
 
     def progress(row):
-        if not result_head:
-            result_head.update(bench.preview(args.family, args.dtype, args.warm))
-            print(bench.report.format_header(result_head), flush=True)
-        print(bench.report.format_row(result_head, row), flush=True)
+        print(bench.report.format_row(head, row), flush=True)
 
     result = bench.run(args.family, shapes, ms, dtype=args.dtype, warm=args.warm, progress=progress)
     print(bench.report.table(result))

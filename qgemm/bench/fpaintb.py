@@ -47,18 +47,17 @@ def shape_label(shape) -> str:
 
 
 def label(choice) -> str:
-    """A short name for the kernel a plan chose (benchmarks/bench_fpaintb.py's sweep labels)."""
-    from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBSm90Spec
-
+    """A short name for the kernel a plan chose (benchmarks/bench_fpaintb.py's sweep labels). By the
+    spec's family name, so that this keeps working wherever the spec classes live."""
     spec = choice.spec
-    if isinstance(spec, FpAIntBSm90Spec):
+    if spec.family == "fpaintb_gemm_sm90":
         tm, tn = spec.tile
         pp = "pp" if spec.schedule == "pingpong" else ""
         sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
         return f"s90{tm}x{tn}{pp}{sk}"
-    if isinstance(spec, FpAIntBDequantSpec):
+    if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
-    if isinstance(spec, FpAIntBGemmSpec):
+    if spec.family == "fpaintb_gemm":
         tm, tn, tk = spec.tile
         streamk = f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else ""
         return f"g{tm}x{tn}x{tk}s{spec.stages}{streamk}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .timing import copy_bandwidth  # noqa: F401  (the floor's bandwidth: measured, not the datasheet's)
+
 # The half-precision dtypes a benchmark's activations and its cuBLAS/cuDNN peer take (`--dtype`).
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 

@@ -597,16 +597,18 @@ def test_benchmark_scripts_on_fakes(script, call, fake_gpu_stack, monkeypatch, t
 
 
 def test_kernel_labels_of_real_catalog_specs():
-    """The tables name each row's kernel; the labels read the real specs' fields."""
+    """The tables name each row's kernel; the labels read the real specs' fields. (Choices as
+    namespaces: the labels read only spec, splits, ctas_per_sm, raster and swizzle.)"""
     from cutlass_gen.catalog import catalog
-    from qgemm import heuristics
 
-    fpaintb, conv = bench.family("fpaintb"), bench.family("conv")
-    assert fpaintb.label(heuristics.FpAIntBSm90Choice(catalog(90, "fpaintb_gemm_sm90")[0], splits=2)).startswith("s90")
-    assert fpaintb.label(heuristics.FpAIntBChoice(catalog(90, "fpaintb_gemm")[0], 2)).startswith("g")
-    assert fpaintb.label(heuristics.FpAIntBChoice(catalog(90, "fpaintb_gemv")[0])).startswith("m")
-    assert fpaintb.label(heuristics.FpAIntBChoice(catalog(90, "fpaintb_dequant")[0])) == "dequant+cuBLAS"
+    def choice(spec, **kw):
+        return types.SimpleNamespace(spec=spec, **{"splits": 2, "ctas_per_sm": 2, "raster": 0, "swizzle": 1, **kw})
+
+    fpaintb, conv, fp8 = bench.family("fpaintb"), bench.family("conv"), bench.family("fp8")
+    assert fpaintb.label(choice(catalog(90, "fpaintb_gemm_sm90")[0])).startswith("s90")
+    assert fpaintb.label(choice(catalog(90, "fpaintb_gemm")[0])).startswith("g")
+    assert fpaintb.label(choice(catalog(90, "fpaintb_gemv")[0])).startswith("m")
+    assert fpaintb.label(choice(catalog(90, "fpaintb_dequant")[0])) == "dequant+cuBLAS"
     assert conv.kernel_label(catalog(90, "conv2d_int8_sm90")[0]).startswith("sm90 ")
     assert conv.kernel_label(catalog(80, "conv2d_int8")[0]).startswith("sm80 ")
-    fp8 = bench.family("fp8")
-    assert "/" in fp8.choice_label(heuristics.Fp8Choice(catalog(90, "fp8_blockwise_gemm")[0]))
+    assert "/" in fp8.choice_label(choice(catalog(90, "fp8_blockwise_gemm")[0], raster=1, swizzle=4))

@@ -10,11 +10,14 @@
 #   env: BENCH_FAMILIES (default "w8a8 fpaintb fp8 conv conv_fpaintb"), W8A8_ARGS, FPAINTB_ARGS, FP8_ARGS,
 #        CONV_ARGS, CONV_FPAINTB_ARGS (replace a family's --shapes/--m), WARM=1 (add --warm),
 #        SKIP_BUILD=1, SKIP_TESTS=1, BUILD_FAMILIES (catalog families to build if missing),
-#        BENCH_TIMEOUT (seconds per family, default 75), DEADLINE (seconds for the whole script, default 540:
-#        each stage's timeout is cut to what is left, so one device call of 600 s always returns)
+#        BENCH_TIMEOUT (seconds per family, default 75), DEADLINE (seconds for the whole script, default
+#        540: each stage's timeout is cut to what is left, so one device call of 600 s always returns)
 set -uo pipefail
 START=$(date +%s)
-left() { local l=$(( ${DEADLINE:-540} - ($(date +%s) - START) )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 5 ] && l=5; echo "$l"; }
+left() {  # min($1, seconds left before DEADLINE), at least 5
+  local l=$(( ${DEADLINE:-540} - ($(date +%s) - START) ))
+  [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 5 ] && l=5; echo "$l"
+}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=$PWD/.qgemm-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -25,10 +28,14 @@ if ! python3 -c "import matplotlib" 2>/dev/null; then
   if [ -d .whl-plot ]; then
     python3 -m pip install -q --no-index --find-links .whl-plot --target /tmp/site matplotlib 2>&1 | tail -2
   fi
-  python3 -c "import matplotlib" 2>/dev/null || { PLOT="--no-plot"; echo "no matplotlib here: JSON only (draw the PNGs with python -m qgemm.bench.report)"; }
+  if ! python3 -c "import matplotlib" 2>/dev/null; then
+    PLOT="--no-plot"; echo "no matplotlib here: JSON only (draw the PNGs with python -m qgemm.bench.report)"
+  fi
 fi
 if [ -z "${SKIP_BUILD:-}" ]; then
-  timeout -s KILL $(left 200) python3 - "${BUILD_FAMILIES:-act_quant,w8a8_gemm_sm90,w8a8_gemm_promote,w8a8_gemm,fpaintb_gemm_sm90,fpaintb_gemm,fpaintb_gemv,fpaintb_dequant,fp8_act_quant,fp8_blockwise_gemm,conv2d_int8,conv2d_int8_sm90,fpaintb_conv}" <<'PY' 2>&1 | tail -3
+  ALL="act_quant,w8a8_gemm_sm90,w8a8_gemm_promote,w8a8_gemm,fpaintb_gemm_sm90,fpaintb_gemm,fpaintb_gemv,"
+  ALL+="fpaintb_dequant,fp8_act_quant,fp8_blockwise_gemm,conv2d_int8,conv2d_int8_sm90,fpaintb_conv"
+  timeout -s KILL $(left 200) python3 - "${BUILD_FAMILIES:-$ALL}" <<'PY' 2>&1 | tail -3
 import sys, time
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog

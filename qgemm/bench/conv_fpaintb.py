@@ -67,7 +67,8 @@ def run(shapes, ms, *, dtype: str, warm: bool, bandwidth: float, hook=None):
             plans = {bits: [qgemm.FpAIntBConvPlan(qgemm.IntConvWeight.from_float(ws[i], bits, block), act_dtype=dt,
                                                   bias=bias, activation="relu", stride=stride, padding=padding)
                             for i in range(copies[bits])] for bits, block in WIDTHS}
-            xs = [torch.randn(n, size, size, ci, device="cuda", dtype=dt) for _ in range(max(copies16, *copies.values()))]
+            xs = [torch.randn(n, size, size, ci, device="cuda", dtype=dt)
+                  for _ in range(max(copies16, *copies.values()))]
             w16 = [ws[i % len(ws)].to(dt).to(memory_format=torch.channels_last) for i in range(copies16)]
             row = {"shape": name, "m": n, "name": name, "n": n, "h": size, "ci": ci, "co": co, "k": k,
                    "stride": stride, "count": count, "copies": copies[4]}

@@ -305,9 +305,36 @@ def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
     return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
 
 
+# The decode variant of the small-M kernel (FpAIntBGemvSpec stream=True: weights as the MMA's A
+# operand, a predicate-free K loop; issue 16) for M <= FPAINTB_STREAM_MAX_M on sm80 and later, in place
+# of both the B-operand small-M kernel and the 16-row tiled GEMM. Not measured yet: the SASS has
+# 45-56 instructions per 16 bytes of INT4 codes in the K loop (group 128 / per channel, with and
+# without zeros) where the B-operand kernel has ~150, so the choice follows from the ncu finding
+# that the old kernel was issue-bound (issue 16). The CTA shapes keep enough code bytes in flight per SM
+# (Little's law: ~25-32 KB at ~1 us latency): 16 columns a CTA with 16 warps an SM (registers capped
+# at 128), and per warp two blocks of INT4 codes in flight or one of INT8 (twice the bytes), 2 KB;
+# 16-token CTAs (M 9-16) hold twice the activations: one block, 12 warps an SM.
+# benchmarks/bench_fpaintb.py --decode times these against the catalog's alternatives and the old path.
+FPAINTB_STREAM_MAX_M = 16
+FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
+    4: (dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+    8: (dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+}
+
+
+def fpaintb_stream_choice(m: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
+    """The decode variant's configuration for M <= FPAINTB_STREAM_MAX_M rows (FPAINTB_STREAM)."""
+    config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config))
+
+
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
     if m >= FPAINTB_DEQUANT_MIN_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
+    if arch >= 80 and m <= FPAINTB_STREAM_MAX_M:
+        return fpaintb_stream_choice(m, bits, act, arch)
     if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
         return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
     return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)

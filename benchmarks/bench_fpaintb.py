@@ -113,6 +113,7 @@ def label(choice) -> str:
     occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
     extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
     extra += "s" if getattr(spec, "stream", False) else ""
+    extra += f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else ""  # (decode variant: split-K over CTAs)
     return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
 
 
@@ -209,8 +210,10 @@ def run_decode(shapes, ms, bf16: bool = True) -> dict:
     torch.manual_seed(0)
     bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c))
-                     for c in fpaintb_stream_configs(bits)] for bits in (4, 8)}
+    # every configuration one CTA per output tile and split-K (ctas_per_sm as the heuristic gives it)
+    split = heuristics.FPAINTB_STREAM_CTAS_PER_SM or 8
+    stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c), ctas)
+                     for c in fpaintb_stream_configs(bits) for ctas in (0, split)] for bits in (4, 8)}
     specs = {c.spec for cs in stream.values() for c in cs}
     specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}
     target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80

@@ -12,8 +12,8 @@
 #   5. ncu (SpeedOfLight, LaunchStats, Occupancy, WarpStateStats, SchedulerStats) of one M = 1 INT4 call of the
 #      new kernel, and of the old path's kernel on the same shape, for comparison.
 # Carry: .whl (the nvidia-cutlass wheel); .qgemm-cache optional (kernels built before; the build skips them).
-#   env: SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_NCU=1, PYTEST_K (default below), TEST_TIMEOUT (200),
-#        BENCH_ARGS (extra bench_fpaintb.py arguments, e.g. "--m 1 --nk 4096x12288"), BENCH_TIMEOUT (240),
+#   env: SKIP_BUILD=1, SKIP_TESTS=1, SKIP_BENCH=1, SKIP_NCU=1, PYTEST_K (default below), TEST_TIMEOUT (240),
+#        BENCH_ARGS (extra bench_fpaintb.py arguments, e.g. "--m 1 --nk 4096x12288"), BENCH_TIMEOUT (300),
 #        NCU_SHAPE ("--k 14336 --n 21504"), SAVE_CACHE=1 (bring the built kernels back as $OUT/qgemm-cache.tgz)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
@@ -54,14 +54,14 @@ fi
 echo "build+sass done at +$(( $(date +%s) - T0 )) s"
 if [ -z "${SKIP_TESTS:-}" ]; then
   # -v and faulthandler_timeout: when the hard timeout kills pytest, the log names the running test.
-  timeout -s KILL ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu tests/test_fpaintb_gpu.py -v --durations=8 \
+  timeout -s KILL ${TEST_TIMEOUT:-240} python3 -m pytest -m gpu tests/test_fpaintb_gpu.py -v --durations=8 \
     -o faulthandler_timeout=60 --maxfail=${MAXFAIL:-12} -k "${PYTEST_K:-decode_variant or graph_capture}" \
     -p no:cacheprovider > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; grep -E "FAIL|ERROR|Timeout|passed|failed" "$OUT/pytest.log" | tail -30; tail -n 3 "$OUT/pytest.log"
   echo "tests done at +$(( $(date +%s) - T0 )) s"
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
-  timeout -s KILL ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_fpaintb.py --decode --json "$OUT/bench_decode.json" \
+  timeout -s KILL ${BENCH_TIMEOUT:-300} python3 benchmarks/bench_fpaintb.py --decode --json "$OUT/bench_decode.json" \
     ${BENCH_ARGS:-} > "$OUT/bench_decode.log" 2>&1
   echo "bench rc=$?"; tail -n 60 "$OUT/bench_decode.log"
   echo "bench done at +$(( $(date +%s) - T0 )) s"

@@ -488,6 +488,12 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
             raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
 
     @property
+    def tile(self) -> tuple:
+        """(rows, columns) of a CTA's output: the unit a split-K launch's partial buffer is sized by
+        (qgemm.fpaintb.StreamKBuffers; only the stream variant splits K over CTAs)."""
+        return (8 if self.rows8 else 16 * self.m_tiles), 8 * self.n_tiles
+
+    @property
     def name(self) -> str:
         return (f"qgemm_fpaintb_gemv_sm{self.arch}_{self.act}_int{self.bits}"
                 f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}"

@@ -87,7 +87,6 @@ constexpr int kBlockK = 128;                        // K rows per block: 4 lanes
 constexpr int kLaneRows = 32;
 constexpr int kVectors = kLaneRows * kBits / 8 / 16;  // 16-byte code loads per lane, column and block
 constexpr int kWords = kLaneRows * kBits / 32;      // 32-bit words of codes per lane and column
-constexpr int kStepsPerWord = 32 / kBits / 4;       // k16 MMA steps per word (int4: 2, int8: 1)
 constexpr int kBlockBytes = kBlockK / kTileRows * Layout::kLineBytes;  // one column group's codes of a block
 constexpr int kValues = kTokTiles * kColTiles * 4;  // accumulators per lane
 static_assert(kTileRows == 64 && kLaneRows % Layout::kRunRows == 0, "two lanes per 64-row tile");
@@ -110,6 +109,13 @@ struct Params {
   int activation;
   int full_blocks;   // whole 128-row blocks
   bool half_block;   // K % 128 == 64: a last block of 64 rows
+  // Split-K over CTAs (ext[2] > 0): `splits` CTAs per output tile, each `split_blocks` whole blocks
+  // (the last one also the half block); FP32 partials and one counter per output tile.
+  int splits;
+  int split_blocks;
+  int col_tiles;
+  float* partial;    // [tiles, splits, kValues, 32]
+  int* counters;     // [tiles], zero between launches
 };
 
 // Pair index (K rows 2P, 2P + 1 of the lane's 32) of converted pair i of word w: int4 word w holds
@@ -154,7 +160,50 @@ struct Adapter {
   // spec.min_warps_per_sm > 0 caps registers so that many warps fit on an SM.
   static int const kMinBlocksPerSm = 0 / kWarpsK > 0 ? 0 / kWarpsK : 1;
 
-  static int smem_bytes() { return kWarpsK > 1 ? kWarpsK * kValues * 32 * int(sizeof(float)) : 0; }
+  // The warps' partial sums, then (split-K) the last-arrival flag.
+  __host__ __device__ static constexpr int flag_offset() {
+    return kWarpsK > 1 ? kWarpsK * kValues * 32 * int(sizeof(float)) : 0;
+  }
+  static int smem_bytes() { return flag_offset() + 16; }
+
+  // How many CTAs share each output tile's K. ext[2] > 0 asks for split-K and gives the CTAs that run
+  // at once (the plan's stream-K CTA count): the split count from 1 to 8 whose grid fills its last
+  // wave best (2% better to take more), keeping at least two blocks per warp and split. Output tiles
+  // that are not a near multiple of what runs at once leave the GPU part-empty for a whole CTA's time
+  // (1.1 waves: the second at ~10% of the CTAs; 5.1 waves: ~15% of the time at low bandwidth).
+  static int splits_for(QgemmProblem const& p, int64_t tiles) {
+    int64_t const slots = p.ext[2];
+    int64_t const blocks = p.k / kBlockK;
+    if (slots <= 0 || tiles <= 0) return 1;
+    int best = 1;
+    double best_fill = 0.;
+    for (int s = 1; s <= 8; ++s) {
+      if (s > 1 && blocks < int64_t(s) * 2 * kWarpsK) break;
+      double const waves = double(tiles * s) / double(slots);
+      double const fill = waves / double(int64_t(waves + 0.999999));
+      if (fill > best_fill + 0.02) {
+        best = s;
+        best_fill = fill;
+      }
+    }
+    return best;
+  }
+
+  struct Geometry {
+    int64_t col_tiles, m_tiles;
+    int splits, split_blocks;
+  };
+
+  static Geometry geometry(QgemmProblem const& p) {
+    Geometry g;
+    g.col_tiles = (p.n + kCtaCols - 1) / kCtaCols;
+    g.m_tiles = (p.m + kCtaRows - 1) / kCtaRows;
+    int64_t const blocks = p.k / kBlockK;
+    g.splits = splits_for(p, g.col_tiles * g.m_tiles);
+    g.split_blocks = int((blocks + g.splits - 1) / g.splits);
+    if (g.splits > 1) g.splits = int((blocks + g.split_blocks - 1) / g.split_blocks);  // none empty
+    return g;
+  }
 
   static bool valid(QgemmProblem const& p) {
     int64_t gs = p.ext[0];
@@ -164,12 +213,21 @@ struct Adapter {
            p.n <= INT32_MAX && p.k <= INT32_MAX;
   }
 
+  // One CTA per output tile: grid (column tiles, M tiles). Split: grid (tiles * splits), split fastest,
+  // and the launch needs the counters (workspace) and ptr[6], a partial buffer of at least
+  // grid[0] * 8 * 32 floats (FpAIntBGemvSpec.tile: StreamKBuffers gives twice that).
   static int plan(QgemmProblem const& p, QgemmLaunch& launch) {
     if (!valid(p)) return QGEMM_STATUS_BAD_PROBLEM;
-    int64_t grid_m = (p.m + kCtaRows - 1) / kCtaRows;
-    if (grid_m > 65535) return QGEMM_STATUS_BAD_PROBLEM;
-    launch.grid[0] = uint32_t((p.n + kCtaCols - 1) / kCtaCols);
-    launch.grid[1] = uint32_t(grid_m);
+    Geometry const g = geometry(p);
+    if (g.m_tiles > 65535 || g.col_tiles * g.m_tiles * g.splits > INT32_MAX) return QGEMM_STATUS_BAD_PROBLEM;
+    if (g.splits > 1) {
+      launch.grid[0] = uint32_t(g.col_tiles * g.m_tiles * g.splits);
+      launch.grid[1] = 1;
+      launch.workspace_bytes = uint64_t(g.col_tiles * g.m_tiles) * sizeof(int);
+    } else {
+      launch.grid[0] = uint32_t(g.col_tiles);
+      launch.grid[1] = uint32_t(g.m_tiles);
+    }
     launch.grid[2] = 1;
     launch.smem_bytes = uint32_t(smem_bytes());
     return 0;
@@ -182,8 +240,15 @@ struct Adapter {
     return -1;
   }
 
-  static int make_params(QgemmProblem const& p, void*, Params& params) {
+  static int make_params(QgemmProblem const& p, void* workspace, Params& params) {
     if (!valid(p)) return QGEMM_STATUS_BAD_PROBLEM;
+    Geometry const g = geometry(p);
+    params.splits = g.splits;
+    params.split_blocks = g.split_blocks;
+    params.col_tiles = int(g.col_tiles);
+    params.partial = static_cast<float*>(const_cast<void*>(p.ptr[6]));
+    params.counters = static_cast<int*>(workspace);
+    if (g.splits > 1 && (params.partial == nullptr || params.counters == nullptr)) return QGEMM_STATUS_BAD_PROBLEM;
     params.x = static_cast<Act const*>(p.ptr[0]);
     params.w = static_cast<uint8_t const*>(p.ptr[1]);
     params.scale = static_cast<Act const*>(p.ptr[2]);
@@ -320,8 +385,10 @@ struct Adapter {
   // This warp's blocks warp, warp + kWarpsK, ... through a ring of kDepth register buffers: the
   // loads of the next kDepth - 1 blocks are in flight while one computes. The code and activation
   // pointers advance once a pass of kDepth blocks; within a pass the loads use immediate offsets.
+  // This CTA's whole blocks [first, first + count) and, with `half`, the half block after the last.
   template <int kMode, bool kZeros, bool kEdge>
-  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, float (&acc)[kTokTiles][kColTiles][4]) {
+  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
+                                                float (&acc)[kTokTiles][kColTiles][4]) {
     int const warp = threadIdx.x / 32;
     // The zeros that do not change along K: symmetric (a constant), or per column (group = K).
     Zero fixed[kColTiles][2];
@@ -333,20 +400,21 @@ struct Adapter {
                                                               : 8u);
       }
     }
-    int const blocks = p.full_blocks > warp ? (p.full_blocks - warp + kWarpsK - 1) / kWarpsK : 0;
+    int const blocks = count > warp ? (count - warp + kWarpsK - 1) / kWarpsK : 0;
+    int const b0 = first + warp;  // this warp's first block
     uint8_t const* w[kColTiles][2];
     Act const* x[kTokTiles];
 #pragma unroll
     for (int t = 0; t < kColTiles; ++t) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) w[t][h] = l.w[t][h] + int64_t(warp) * kBlockBytes;
+      for (int h = 0; h < 2; ++h) w[t][h] = l.w[t][h] + int64_t(b0) * kBlockBytes;
     }
 #pragma unroll
-    for (int tt = 0; tt < kTokTiles; ++tt) x[tt] = l.x[tt] + warp * kBlockK;
+    for (int tt = 0; tt < kTokTiles; ++tt) x[tt] = l.x[tt] + int64_t(b0) * kBlockK;
     Block ring[kDepth];
 #pragma unroll
     for (int s = 0; s < kDepth - 1; ++s) {
-      if (s < blocks) load<kMode, kZeros, false, kEdge>(p, l, w, x, s, warp + s * kWarpsK, ring[s]);
+      if (s < blocks) load<kMode, kZeros, false, kEdge>(p, l, w, x, s, b0 + s * kWarpsK, ring[s]);
     }
     for (int i0 = 0; i0 < blocks; i0 += kDepth) {
 #pragma unroll
@@ -354,7 +422,7 @@ struct Adapter {
         int const i = i0 + s;
         if (i >= blocks) break;
         if (i + kDepth - 1 < blocks) {
-          load<kMode, kZeros, false, kEdge>(p, l, w, x, s + kDepth - 1, warp + (i + kDepth - 1) * kWarpsK,
+          load<kMode, kZeros, false, kEdge>(p, l, w, x, s + kDepth - 1, b0 + (i + kDepth - 1) * kWarpsK,
                                             ring[(s + kDepth - 1) % kDepth]);
         }
         compute<kMode, kZeros>(ring[s], fixed, acc);
@@ -367,11 +435,11 @@ struct Adapter {
 #pragma unroll
       for (int tt = 0; tt < kTokTiles; ++tt) x[tt] += kDepth * kWarpsK * kBlockK;
     }
-    if (p.half_block && warp == p.full_blocks % kWarpsK) {
+    if (half && warp == count % kWarpsK) {
       Block f;
       // (From the loop's pointers, so that the lane's first ones need not stay live.)
       int const passes = (blocks + kDepth - 1) / kDepth;
-      int64_t const rewind = p.full_blocks - (warp + int64_t(passes) * kDepth * kWarpsK);
+      int64_t const rewind = p.full_blocks - (b0 + int64_t(passes) * kDepth * kWarpsK);
 #pragma unroll
       for (int t = 0; t < kColTiles; ++t) {
 #pragma unroll
@@ -385,28 +453,39 @@ struct Adapter {
   }
 
   template <int kMode, bool kEdge>
-  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, float (&acc)[kTokTiles][kColTiles][4]) {
+  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
+                                                float (&acc)[kTokTiles][kColTiles][4]) {
     if (p.zero != nullptr) {
-      k_loop<kMode, true, kEdge>(p, l, acc);
+      k_loop<kMode, true, kEdge>(p, l, first, count, half, acc);
     } else {
-      k_loop<kMode, false, kEdge>(p, l, acc);
+      k_loop<kMode, false, kEdge>(p, l, first, count, half, acc);
     }
   }
 
   template <bool kEdge>
-  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, float (&acc)[kTokTiles][kColTiles][4]) {
+  static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
+                                                float (&acc)[kTokTiles][kColTiles][4]) {
     if (p.scale_mode == kPerBlock) {
-      k_loop<kPerBlock, kEdge>(p, l, acc);
+      k_loop<kPerBlock, kEdge>(p, l, first, count, half, acc);
     } else if (p.scale_mode == kPerColumn) {
-      k_loop<kPerColumn, kEdge>(p, l, acc);
+      k_loop<kPerColumn, kEdge>(p, l, first, count, half, acc);
     } else {
-      k_loop<kPerWeight, kEdge>(p, l, acc);
+      k_loop<kPerWeight, kEdge>(p, l, first, count, half, acc);
     }
   }
 
   static __device__ void run(Params const& p, char* smem) {
     int const warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, j = lane % 4;
-    int const n0 = blockIdx.x * kCtaCols, m0 = blockIdx.y * kCtaRows;
+    int col_tile = blockIdx.x, m_tile = blockIdx.y, split = 0;
+    if (p.splits > 1) {  // split fastest: the CTAs of one tile run side by side
+      split = blockIdx.x % p.splits;
+      col_tile = blockIdx.x / p.splits % p.col_tiles;
+      m_tile = blockIdx.x / p.splits / p.col_tiles;
+    }
+    int const n0 = col_tile * kCtaCols, m0 = m_tile * kCtaRows;
+    int const first = split * p.split_blocks;
+    int const count = min(p.full_blocks - first, p.split_blocks);
+    bool const half = p.half_block && split == p.splits - 1;
 
     Lane l;
     l.k0 = kLaneRows * j;
@@ -429,9 +508,9 @@ struct Adapter {
 
     float acc[kTokTiles][kColTiles][4] = {};
     if (n0 + kCtaCols <= p.n) {
-      k_loop<false>(p, l, acc);
+      k_loop<false>(p, l, first, count, half, acc);
     } else {
-      k_loop<true>(p, l, acc);
+      k_loop<true>(p, l, first, count, half, acc);
     }
 
     if (kWarpsK > 1) {
@@ -439,14 +518,47 @@ struct Adapter {
 #pragma unroll
       for (int i = 0; i < kValues; ++i) partial[(warp * kValues + i) * 32 + lane] = (&acc[0][0][0])[i];
       __syncthreads();
+      if (warp == 0) {
+#pragma unroll
+        for (int i = 0; i < kValues; ++i) {
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kWarpsK; ++w) sum += partial[(w * kValues + i) * 32 + lane];
+          (&acc[0][0][0])[i] = sum;
+        }
+      }
+    }
+
+    if (p.splits > 1) {
+      // Split-K: publish this CTA's sums; the last of the tile's CTAs to arrive adds all of them in
+      // split order (the same bits whichever arrives last), resets the tile's counter for the next
+      // launch and stores the output.
+      int const tile = m_tile * p.col_tiles + col_tile;
+      float* const slots = p.partial + int64_t(tile) * p.splits * kValues * 32;
+      int* const flag = reinterpret_cast<int*>(smem + flag_offset());
+      if (warp == 0) {
+#pragma unroll
+        for (int i = 0; i < kValues; ++i) __stcg(slots + (split * kValues + i) * 32 + lane, (&acc[0][0][0])[i]);
+        __threadfence();  // this CTA's sums are visible device-wide before it counts itself in
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int const arrived = atomicAdd(p.counters + tile, 1);
+        *flag = arrived == p.splits - 1;
+        if (*flag) p.counters[tile] = 0;  // every CTA of the tile has counted in
+      }
+      __syncthreads();
+      if (!*flag) return;
+      __threadfence();  // order the reads of the other CTAs' sums after the count
       if (warp != 0) return;
 #pragma unroll
       for (int i = 0; i < kValues; ++i) {
         float sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarpsK; ++w) sum += partial[(w * kValues + i) * 32 + lane];
+        for (int z = 0; z < p.splits; ++z) sum += __ldcg(slots + (z * kValues + i) * 32 + lane);
         (&acc[0][0][0])[i] = sum;
       }
+    } else if (warp != 0) {
+      return;
     }
 
     // C rows: columns n0 + 16 t + g (+ 8); C columns: tokens m0 + 8 tt + 2 j (+ 1).

@@ -286,7 +286,9 @@ class FpAIntBChoice:
         if self.ctas_per_sm < 0 or self.raster_group < 1:
             raise ValueError(f"ctas_per_sm must be >= 0 and raster_group >= 1, got {self.ctas_per_sm} and "
                              f"{self.raster_group}")
-        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.ctas_per_sm, self.raster_group) != (0, 1):
+        # (The decode variant of the small-M kernel takes ctas_per_sm too: split-K over CTAs.)
+        split_k = isinstance(self.spec, FpAIntBGemvSpec) and self.spec.stream
+        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.raster_group != 1 or (self.ctas_per_sm and not split_k)):
             raise ValueError(f"ctas_per_sm and raster_group are knobs of the tiled GEMM, not of {self.spec.name}")
 
     @property
@@ -315,7 +317,12 @@ def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
 # at 128), and per warp two blocks of INT4 codes in flight or one of INT8 (twice the bytes), 2 KB;
 # 16-token CTAs (M 9-16) hold twice the activations: one block, 12 warps an SM.
 # benchmarks/bench_fpaintb.py --decode times these against the catalog's alternatives and the old path.
+# Split-K: FPAINTB_STREAM_CTAS_PER_SM > 0 lets the kernel split each output tile's K over up to 8 CTAs
+# so that the grid fills its last wave (the CTAs that fit at once: at most this many per SM); 0 turns
+# it off. A grid of 16-column tiles is 1344 CTAs for N = 21504, 5.1 waves of 264: without splitting,
+# the last ~15% of the time would run a tenth of the CTAs.
 FPAINTB_STREAM_MAX_M = 16
+FPAINTB_STREAM_CTAS_PER_SM = 8
 FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
     4: (dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
         dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
@@ -327,7 +334,7 @@ FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
 def fpaintb_stream_choice(m: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
     """The decode variant's configuration for M <= FPAINTB_STREAM_MAX_M rows (FPAINTB_STREAM)."""
     config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
-    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config))
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM)
 
 
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:

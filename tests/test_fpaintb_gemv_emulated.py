@@ -51,7 +51,8 @@ class Emulated:
         self.lib.emu_error.restype = ctypes.c_char_p
         self.lib.qgemm_plan.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.POINTER(QgemmLaunch)]
 
-    def run(self, x, weight: IntBWeight, scale, bias=None, activation="none", schedule=0):
+    def run(self, x, weight: IntBWeight, scale, bias=None, activation="none", schedule=0, slots=0):
+        """slots > 0: split-K, as the plan asks for it (ext[2]: the CTAs that run at once)."""
         m, k = x.shape
         out = torch.full((m, weight.n), float("nan"), dtype=x.dtype)
         p = QgemmProblem()
@@ -61,13 +62,23 @@ class Emulated:
         p.ptr[4] = bias.data_ptr() if bias is not None else None
         p.ptr[5] = out.data_ptr()
         p.ld[0], p.ld[1], p.ld[2] = k, weight.packed.shape[1], weight.n
-        p.ext[0], p.ext[1] = weight.group_size, ACTIVATIONS[activation]
+        p.ext[0], p.ext[1], p.ext[2] = weight.group_size, ACTIVATIONS[activation], slots
         launch = QgemmLaunch()
         assert self.lib.qgemm_plan(ctypes.byref(p), ctypes.byref(launch)) == 0
+        counters = partial = None
+        if launch.workspace_bytes:
+            counters = torch.zeros(launch.workspace_bytes // 4, dtype=torch.int32)
+            # NaN: a partial slot read before it is written poisons the output.
+            rows, cols = self.spec.tile
+            partial = torch.full((launch.grid[0] * 2 * rows * cols,), float("nan"))
+            p.ptr[6] = partial.data_ptr()
         self.lib.emu_schedule(schedule)
         self.lib.emu_clear_readable()
-        rc = self.lib.emu_launch(ctypes.byref(p), None)
+        rc = self.lib.emu_launch(ctypes.byref(p), counters.data_ptr() if counters is not None else None)
         assert rc == 0, f"emu_launch returned {rc}: {self.lib.emu_error().decode()}"
+        if counters is not None:
+            assert (counters == 0).all(), "the last CTA of a split tile resets its counter"
+        self.last_launch = launch
         return out
 
 
@@ -92,13 +103,13 @@ def _weight(k, n, bits, group_size, zeros, dtype, seed):
     return IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zero, bits, group_size, None))
 
 
-def _check(kernel, m, n, k, group_size, zeros, bias=False, activation="none", schedule=0, seed=0):
+def _check(kernel, m, n, k, group_size, zeros, bias=False, activation="none", schedule=0, seed=0, slots=0):
     dtype = DTYPES[kernel.spec.act]
     weight = _weight(k, n, kernel.spec.bits, group_size, zeros, dtype, seed)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(m, k, generator=g).to(dtype)
     b = torch.randn(n, generator=g).to(dtype) if bias else None
-    out = kernel.run(x, weight, weight.scale.to(dtype).contiguous(), b, activation, schedule)
+    out = kernel.run(x, weight, weight.scale.to(dtype).contiguous(), b, activation, schedule, slots)
     ref = x.double() @ weight.dequantize().double()
     if b is not None:
         ref = ref + b.double()
@@ -138,3 +149,23 @@ def test_smallest_shapes_bias_activation(emulated):
         for activation in ("none", "relu", "silu", "gelu"):
             _check(emulated(spec), 2, 8, 64, 64, True, bias=True, activation=activation)
         _check(emulated(spec), 16, 8, 128, 32, False, bias=True)
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[3]], ids=lambda s: s.name)
+@pytest.mark.parametrize("group_size, zeros", [(32, False), (128, True), ("channel", True)])
+def test_split_k(emulated, spec, group_size, zeros):
+    """Split-K over CTAs (ext[2] > 0): N = 40 (three column tiles with 16-column CTAs, the last part
+    past N), K = 2112 (16 whole blocks and a half one for group 32 / per channel; 2048 for group 128),
+    M = 1 and 11 (two CTA rows): the CTAs of a tile add their partials in order, the last one resets
+    the counter; with 1, 2, 5 and 7 CTAs at once (split counts from 1 to the block limit)."""
+    k = 2048 if group_size == 128 else 2112
+    g = k if group_size == "channel" else group_size
+    kernel = emulated(spec)
+    splits = set()
+    for slots in (1, 2, 5, 7):
+        for m in (1, 11):
+            _check(kernel, m, 40, k, g, zeros, schedule=slots % 3, seed=m + slots, slots=slots)
+            launch = kernel.last_launch
+            tiles = -(-40 // spec.tile[1]) * -(-m // spec.tile[0])
+            splits.add(launch.grid[0] // tiles if launch.workspace_bytes else 1)
+    assert max(splits) > 1, splits

@@ -193,6 +193,48 @@ def test_decode_variant(bits, dtype, group_size, zeros):
                     assert err < BOUND[dtype], (spec.name, m, n, k, g, zeros, err)
 
 
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+def test_decode_variant_split_k(bits, dtype):
+    """Split-K over CTAs (ctas_per_sm > 0: the plan's choice for M <= 16): few output tiles (N = 40 and
+    264) and a long K (8192, 64 blocks; 8320 ends on a half block) split over several CTAs each; 7
+    CTAs at once (0.05 per SM) or all that fit. The last CTA of a tile adds the partials in split
+    order: the same bits launch after launch and under graph replay on a side stream."""
+    act = qgemm.fpaintb.ACT_DTYPES[dtype]
+    specs = _stream_specs(act, bits)
+    for n, k, group_size, zeros in ((40, 8192, 128, True), (264, 8320, 64, False), (40, 8320, "channel", True)):
+        g = k if group_size == "channel" else group_size
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=n))
+        for m in (1, 3, 9, 16):
+            x = randn(m, k, dtype=dtype, seed=m + k)
+            ref = reference(x, weight, plan.bias)
+            assert plan.choice(m).ctas_per_sm > 0
+            for spec in specs:
+                for ctas_per_sm in (0.05, 8):
+                    choice = heuristics.FpAIntBChoice(spec, ctas_per_sm)
+                    first = run(plan, x, choice)
+                    err = rel_err(first, ref)
+                    assert err < BOUND[dtype], (spec.name, m, n, k, g, ctas_per_sm, err)
+                    assert torch.equal(run(plan, x, choice), first), (spec.name, m, "not deterministic")
+    spec = specs[0]
+    choice = heuristics.FpAIntBChoice(spec, 8)
+    x = randn(1, k, dtype=dtype, seed=1)
+    first = run(plan, x, choice)
+    out = torch.full_like(first, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan(x, out, choice=choice)
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+    side.synchronize()
+    assert torch.equal(out, first)
+
+
 def test_decode_variant_graph_two_streams_and_nan():
     """The decode variant under CUDA-graph replay and on two streams at once (no state between
     launches), and a NaN in x reaching its row of the output (as an unquantized GEMM's), not others."""

@@ -168,10 +168,11 @@ struct Adapter {
   static int smem_bytes() { return flag_offset() + 16; }
 
   // How many CTAs share each output tile's K. ext[2] > 0 asks for split-K and gives the CTAs that run
-  // at once (the plan's stream-K CTA count): the split count from 1 to 8 whose grid fills its last
-  // wave best (2% better to take more), keeping at least two blocks per warp and split. Output tiles
-  // that are not a near multiple of what runs at once leave the GPU part-empty for a whole CTA's time
-  // (1.1 waves: the second at ~10% of the CTAs; 5.1 waves: ~15% of the time at low bandwidth).
+  // at once (the plan's stream-K CTA count). Output tiles that are not a near multiple of that leave
+  // the GPU part-empty for a whole CTA's time (N = 21504 in 16-column tiles: 5.1 waves of 264 CTAs,
+  // the last ~15% of the time at a tenth of the CTAs). The smallest split count, up to 8, whose grid
+  // fills its last wave to 90%, else the one that fills it best; each split keeps at least four blocks
+  // per warp (a CTA's first loads wait a whole latency: short CTAs pay that often).
   static int splits_for(QgemmProblem const& p, int64_t tiles) {
     int64_t const slots = p.ext[2];
     int64_t const blocks = p.k / kBlockK;
@@ -179,13 +180,14 @@ struct Adapter {
     int best = 1;
     double best_fill = 0.;
     for (int s = 1; s <= 8; ++s) {
-      if (s > 1 && blocks < int64_t(s) * 2 * kWarpsK) break;
+      if (s > 1 && blocks < int64_t(s) * 4 * kWarpsK) break;
       double const waves = double(tiles * s) / double(slots);
       double const fill = waves / double(int64_t(waves + 0.999999));
       if (fill > best_fill + 0.02) {
         best = s;
         best_fill = fill;
       }
+      if (best_fill >= 0.9) break;
     }
     return best;
   }

@@ -480,3 +480,31 @@ def test_one_shot_and_module_reject(fake_gpu):
         qgemm.nn.QuantLinear.from_float(torch.nn.Conv2d(1, 1, 1))
     with pytest.raises(TypeError, match="weight must be a qgemm.IntBWeight, got Tensor"):
         qgemm.nn.QuantLinear.from_weight(torch.zeros(8, 8))
+
+
+# --- the decode variant's host plan (split-K geometry) --------------------------------------------
+
+@pytest.fixture(scope="module")
+def stream_library(tmp_path_factory):
+    spec = FpAIntBGemvSpec("f16", 4, 1, 2, 8, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True)
+    return HostLibrary(str(build(spec, 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
+
+
+@pytest.mark.parametrize("m, n, k, slots, grid, workspace", [
+    (1, 21504, 14336, 0, (1344, 1), 0),            # no split asked: one CTA per 16-column tile
+    (1, 21504, 14336, 264, (2 * 1344, 1), 1344 * 4),  # 5.1 waves -> 2 splits (10.2 waves, 93% full)
+    (1, 4096, 11008, 264, (256, 1), 0),            # 256 tiles fill 97% of one wave: no split
+    (16, 4096, 11008, 264, (256, 2), 0),           # two 8-token rows, 1.9 waves: 97%
+    (1, 40, 8192, 264, (3 * 2, 1), 3 * 4),         # 3 tiles: at most 64 / (4 * 8) = 2 splits
+    (1, 21504, 4096, 264, (1344, 1), 0),           # 32 blocks: too few to split over 8 warps
+])
+@requires_nvcc
+@pytest.mark.nvcc
+def test_stream_plan_split_k(stream_library, m, n, k, slots, grid, workspace):
+    p = gemv_problem(m, n, k)
+    p.ext[2] = slots
+    status, launch = stream_library.plan(p)
+    assert status == 0, stream_library.status_string(status)
+    assert (launch.grid[0], launch.grid[1], launch.grid[2]) == (*grid, 1)
+    assert launch.workspace_bytes == workspace
+    assert launch.block[0] == 256

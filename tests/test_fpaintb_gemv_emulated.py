@@ -155,7 +155,8 @@ def test_smallest_shapes_bias_activation(emulated):
 @pytest.mark.parametrize("group_size, zeros", [(32, False), (128, True), ("channel", True)])
 def test_split_k(emulated, spec, group_size, zeros):
     """Split-K over CTAs (ext[2] > 0): N = 40 (three column tiles with 16-column CTAs, the last part
-    past N), K = 2112 (16 whole blocks and a half one for group 32 / per channel; 2048 for group 128),
+    past N), K = 2112 (16 whole blocks and a half one for group 32 / per channel; 2048 for group 128:
+    up to 2 splits with two warps, 4 with one),
     M = 1 and 11 (two CTA rows): the CTAs of a tile add their partials in order, the last one resets
     the counter; with 1, 2, 5 and 7 CTAs at once (split counts from 1 to the block limit)."""
     k = 2048 if group_size == 128 else 2112

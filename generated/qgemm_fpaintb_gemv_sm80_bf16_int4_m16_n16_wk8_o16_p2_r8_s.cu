@@ -65,6 +65,11 @@
 // Each CTA owns 8 tokens x 16 columns; its 8 warp(s) take the 128-row
 // blocks round-robin, with 2 block(s) in flight per warp while one computes, and add their
 // FP32 sums in shared memory at the end.
+// Split-K, when ext[2] > 0 (the CTAs that run at once, from the plan's stream-K CTA count) and the
+// output tiles fill the GPU's last wave poorly: several CTAs share a tile's K (splits_for below);
+// each writes its FP32 sums to ptr[6] (float, at least launch.grid[0] * 128) and counts itself in
+// at the tile's counter (the workspace: int [tiles], zero between launches); the last to arrive adds
+// the partials in split order, resets the counter and stores the output.
 namespace {
 
 using Act = __nv_bfloat16;

@@ -1,7 +1,7 @@
 """FpA x IntB (W4A16 / W8A16) against cuBLAS FP16/BF16 and torch's int4 tinygemm, in one run.
 
     python benchmarks/bench_fpaintb.py [--sweep [sm90|sm80|all]] [--json out.json] [--quick]
-                                       [--nk KxN ...] [--m M ...] [--no-bf16]
+                                       [--nk KxN ...] [--m M ...] [--no-bf16] [--decode]
 
 The table is `qgemm bench fpaintb` (qgemm/bench/fpaintb.py) with the BF16 columns, printed in this
 script's long-standing layout; the kernel sweeps (--sweep) are tuning tools and live here only.
@@ -24,7 +24,14 @@ qgemm BF16.
 activations): the data heuristics.FPAINTB_SM90_* are set from. --sweep sm80 times the tiled GEMM's shapes
 and split-K counts, the small-M kernel and the dequantize path (the table heuristics.fpaintb_choice was
 set from). Kernel labels: s90<tile>[pp][sk<splits>] Sm90 kernel (pp ping-pong, sk stream-K), g<tile>s<stages>
-c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel, dequant+cuBLAS.
+c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode variant,
+FpAIntBGemvSpec stream=True), dequant+cuBLAS.
+--decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
+and INT8 per channel (FP16) with the path before the decode variant ("old": the B-operand small-M
+kernel or the 16-row tiled GEMM, as heuristics chose it), every decode-variant configuration of the
+catalog, the plan's own choice, BF16 INT4 (plan) against cuBLAS BF16, tinygemm, cuBLAS FP16 and the
+INT4 / INT8 floors; the summary gives geomeans against cuBLAS and tinygemm and the fraction of copy
+bandwidth, per M and configuration.
 """
 from __future__ import annotations
 
@@ -38,7 +45,9 @@ from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSp
 from qgemm import bench, heuristics
 from qgemm.bench import report
 from qgemm.bench.fpaintb import MS, SHAPES as SHAPES_KN, label
-from qgemm.bench.timing import geomean, timed_rotating
+import qgemm
+from qgemm.bench.peers import tinygemm_int4 as tinygemm
+from qgemm.bench.timing import copy_bandwidth, geomean, l2_bytes, rotation_count, timed_rotating
 
 SM90_SPLITS = (0, 2, 4)  # stream-K kernels: CUTLASS's heuristic decomposition, then split-K slices
 
@@ -138,6 +147,99 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> 
     return result
 
 
+def old_decode_choice(m: int, n: int, k: int, bits: int, sm_count: int):
+    """The Sm80-path choice for M rows before the decode variant (heuristics.fpaintb_choice as it was):
+    the B-operand small-M kernel up to 8 rows (INT4 only up to N = FPAINTB_GEMV_MAX_N), else the tiled GEMM."""
+    if m <= heuristics.FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= heuristics.FPAINTB_GEMV_MAX_N):
+        return heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, **heuristics.FPAINTB_DECODE))
+    return heuristics.fpaintb_gemm_choice(m, n, k, bits, "f16", 80, sm_count)
+
+
+def run_decode(shapes, ms, bf16: bool = True) -> dict:
+    """Issue 16's decode table (module docstring, --decode)."""
+    from cutlass_gen.catalog import fpaintb_stream_configs
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    # every configuration one CTA per output tile and split-K (ctas_per_sm as the heuristic gives it)
+    split = heuristics.FPAINTB_STREAM_CTAS_PER_SM or 8
+    stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c), ctas)
+                     for c in fpaintb_stream_configs(bits) for ctas in (0, split)] for bits in (4, 8)}
+    specs = {c.spec for cs in stream.values() for c in cs}
+    specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}
+    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
+    build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
+    rows = []
+    for k, n in shapes:
+        copies4, copies8, copies16 = rotation_count(n * k // 2), rotation_count(n * k), rotation_count(2 * n * k)
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02 for _ in range(copies16)]
+        plans = {4: [qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(ws[i % copies16], 4, 128), sm90=False)
+                     for i in range(copies4)],
+                 8: [qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(ws[i % copies16], 8, -1), sm90=False)
+                     for i in range(copies8)]}
+        plans_bf16 = ([qgemm.FpAIntBPlan(p.weight, act_dtype=torch.bfloat16, sm90=False) for p in plans[4]]
+                      if bf16 else [])
+        wb = [w.to(torch.bfloat16) for w in ws] if bf16 else []
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            row = {"m": m, "n": n, "k": k}
+            for bits, ps in plans.items():
+                old = old_decode_choice(m, n, k, bits, sm_count)
+                times = {"old:" + label(old): timed_rotating([lambda p=p: p(x, choice=old) for p in ps])}
+                for c in stream[bits]:
+                    times[label(c)] = timed_rotating([lambda p=p, c=c: p(x, choice=c) for p in ps])
+                times["plan:" + label(ps[0].choice(m))] = timed_rotating([lambda p=p: p(x) for p in ps])
+                row[f"int{bits}"] = times
+            row["cublas_us"] = timed_rotating([lambda v=v: torch.matmul(x, v.t()) for v in ws])
+            xb = x.to(torch.bfloat16)
+            if bf16:
+                row["bf16_us"] = timed_rotating([lambda p=p: p(xb) for p in plans_bf16])
+                row["cublas_bf16_us"] = timed_rotating([lambda v=v: torch.matmul(xb, v.t()) for v in wb])
+            row["tinygemm_us"] = timed_rotating([tinygemm(xb, n, k) for _ in range(copies4)])
+            act_bytes = m * k * 2 + m * n * 2
+            row["floor4_us"] = (n * k // 2 + (k // 128) * n * 2 + act_bytes) / bw * 1e6
+            row["floor8_us"] = (n * k + n * 2 + act_bytes) / bw * 1e6
+            rows.append(row)
+            print(_fmt_decode(row), flush=True)
+        del ws, plans, plans_bf16, wb
+        torch.cuda.empty_cache()
+    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_MiB": l2_bytes() >> 20,
+            "rows": rows, "summary": decode_summary(rows)}
+
+
+def _fmt_decode(r: dict) -> str:
+    parts = [f"M={r['m']:>3} K={r['k']:>6} N={r['n']:>6} | cuBLAS {r['cublas_us']:.1f} tinygemm {r['tinygemm_us']:.1f} "
+             f"floor4 {r['floor4_us']:.1f} floor8 {r['floor8_us']:.1f}"]
+    if "bf16_us" in r:
+        parts.append(f"bf16 {r['bf16_us']:.1f} (cuBLAS BF16 {r['cublas_bf16_us']:.1f})")
+    for bits in (4, 8):
+        parts.append(f"int{bits}: " + ", ".join(f"{key} {v:.1f}" for key, v in r[f"int{bits}"].items()))
+    return " | ".join(parts)
+
+
+def decode_summary(rows) -> dict:
+    """Per M and INT4/INT8 configuration: geomeans of cuBLAS / time, tinygemm / time and floor / time
+    (the fraction of copy bandwidth); BF16 plan against cuBLAS BF16."""
+    out = {}
+    for m in sorted({r["m"] for r in rows}):
+        sel = [r for r in rows if r["m"] == m]
+        entry = {}
+        for bits in (4, 8):
+            floor = f"floor{bits}_us"
+            keys = {key.split(":")[0] if ":" in key else key for key in sel[0][f"int{bits}"]}
+            for key in sorted(keys):
+                def t(r, key=key):
+                    return next(v for kk, v in r[f"int{bits}"].items() if kk == key or kk.startswith(key + ":"))
+                entry[f"int{bits} {key}"] = {
+                    "vs_cublas": geomean([r["cublas_us"] / t(r) for r in sel]),
+                    "vs_tinygemm": geomean([r["tinygemm_us"] / t(r) for r in sel]) if bits == 4 else None,
+                    "of_bandwidth": geomean([r[floor] / t(r) for r in sel])}
+        if "bf16_us" in sel[0]:
+            entry["bf16 plan"] = {"vs_cublas_bf16": geomean([r["cublas_bf16_us"] / r["bf16_us"] for r in sel])}
+        out[m] = entry
+    return out
+
+
 def summary(rows) -> dict:
     out = {}
     for m in sorted({r["m"] for r in rows}):
@@ -181,8 +283,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
+    ap.add_argument("--decode", action="store_true", help="issue 16's decode table (M = 1, 4, 16 unless --m)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
+    if args.decode:
+        result = run_decode(shapes[:1] if args.quick else shapes, args.m or [1, 4, 16], not args.no_bf16)
+        report.write_json(result, args.json)
+        print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
+              f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us (CUDA graphs)")
+        for m, entry in result["summary"].items():
+            for key, v in entry.items():
+                print(f"M={m:>3} {key:<40} " + ", ".join(f"{kk} {vv:.2f}" for kk, vv in v.items() if vv is not None))
+        return
     print(HEADER)
     result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
                  tuple(args.sweep_bits or (4, 8)))

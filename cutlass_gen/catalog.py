@@ -126,10 +126,32 @@ def _fpaintb_arch(target_sm: int) -> tuple[int, tuple]:
     return (75, ("f16",)) if target_sm == 75 else (80, ("f16", "bf16"))
 
 
+# The decode variant (FpAIntBGemvSpec stream=True, issue 16), sm80 and later: the configurations
+# heuristics.FPAINTB_STREAM picks (8-token CTAs up to 8 rows, 16-token ones up to 16), plus alternatives
+# for benchmarks/bench_fpaintb.py --decode to time against them (wider CTAs; fewer blocks in flight).
+_FPAINTB_STREAM_CONFIGS = {
+    4: [dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12),
+        dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=4, warps_k=4, rows8=True)],
+    8: [dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12),
+        dict(n_tiles=4, warps_k=4, rows8=True)],
+}
+
+
+def fpaintb_stream_configs(bits: int) -> list[dict]:
+    return [dict(c, stream=True) for c in _FPAINTB_STREAM_CONFIGS[bits]]
+
+
 def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:
     arch, acts = _fpaintb_arch(target_sm)
-    return [FpAIntBGemvSpec(act, bits, arch=arch, **config)
-            for act in acts for bits in (4, 8) for config in _FPAINTB_GEMV_CONFIGS]
+    specs = [FpAIntBGemvSpec(act, bits, arch=arch, **config)
+             for act in acts for bits in (4, 8) for config in _FPAINTB_GEMV_CONFIGS]
+    if arch >= 80:
+        specs += [FpAIntBGemvSpec(act, bits, arch=arch, **config)
+                  for act in acts for bits in (4, 8) for config in fpaintb_stream_configs(bits)]
+    return specs
 
 
 # FpA x IntB tiled GEMM: the (tile, warp, stages) qgemm/heuristics.py fpaintb_choice picks, per

@@ -442,7 +442,15 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
     """FP16/BF16 activations x INT4/INT8 weights, for small M: codes go from global memory
     straight into a ring of prefetch + 1 register buffers, through the lop3/prmt converters, into
     m16n8k16 MMAs (two m16n8k8 on Sm75). A CTA owns 16 * m_tiles rows (8 with rows8) and
-    8 * n_tiles columns; warps_k warps split K."""
+    8 * n_tiles columns; warps_k warps split K.
+
+    stream=True is the decode variant (issue 16): the weight is the MMA's A operand (16 columns per
+    MMA, tokens on its 8-wide N: one MMA per two converted words instead of two per word), the K
+    loop runs whole 128-row blocks without predicates (columns past N and rows past M read
+    clamped, valid addresses whose results are never stored), scales and zeros travel in the
+    register ring with the codes, and the group-scale mode (per weight, per block, per column) and
+    the zeros are compile-time branches chosen once per launch. It needs m_tiles 1 and an even
+    n_tiles (16-column MMA tiles); rows8 makes it one 8-token MMA tile, else two (M up to 16 per CTA)."""
 
     family: ClassVar[str] = "fpaintb_gemv"
     template: ClassVar[str] = "fpaintb_gemv.cu.j2"
@@ -456,9 +464,13 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
     min_warps_per_sm: int = 0  # > 0: cap registers so this many warps fit on an SM (0: no cap)
     prefetch: int = 1          # K blocks whose loads are in flight while one computes
     rows8: bool = False        # 8-row CTAs (decode): no registers or loads for rows g + 8
+    stream: bool = False       # the decode variant (weights as the MMA's A operand; see above)
 
     def __post_init__(self):
         self._check_types()
+        if self.stream and (self.m_tiles != 1 or self.n_tiles % 2):
+            raise ValueError(f"stream needs m_tiles 1 and an even n_tiles (16-column MMA tiles), got m_tiles "
+                             f"{self.m_tiles!r} and n_tiles {self.n_tiles!r}")
         if self.min_warps_per_sm not in (0, 8, 12, 16, 24):
             raise ValueError(f"min_warps_per_sm must be 0, 8, 12, 16 or 24, got {self.min_warps_per_sm!r}")
         if self.prefetch not in (1, 2, 3):
@@ -476,11 +488,18 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
             raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
 
     @property
+    def tile(self) -> tuple:
+        """(rows, columns) of a CTA's output: the unit a split-K launch's partial buffer is sized by
+        (qgemm.fpaintb.StreamKBuffers; only the stream variant splits K over CTAs)."""
+        return (8 if self.rows8 else 16 * self.m_tiles), 8 * self.n_tiles
+
+    @property
     def name(self) -> str:
         return (f"qgemm_fpaintb_gemv_sm{self.arch}_{self.act}_int{self.bits}"
                 f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}"
                 f"{f'_o{self.min_warps_per_sm}' if self.min_warps_per_sm else ''}"
-                f"{f'_p{self.prefetch}' if self.prefetch != 1 else ''}{'_r8' if self.rows8 else ''}")
+                f"{f'_p{self.prefetch}' if self.prefetch != 1 else ''}{'_r8' if self.rows8 else ''}"
+                f"{'_s' if self.stream else ''}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemv_sm75_f16_int8_m16_n16_wk8_o16_r8
-// spec:   FpAIntBGemvSpec(act='f16', bits=8, m_tiles=1, n_tiles=2, warps_k=8, arch=75, min_warps_per_sm=16, prefetch=1, rows8=True)
+// spec:   FpAIntBGemvSpec(act='f16', bits=8, m_tiles=1, n_tiles=2, warps_k=8, arch=75, min_warps_per_sm=16, prefetch=1, rows8=True, stream=False)
 
 // FpA x IntB small-M kernel: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale
 // group-wise along K, for decode-sized M. Memory bound: every weight byte is read once, straight
@@ -39,6 +39,7 @@
 #include "qgemm/fpaintb/convert.h"
 #include "qgemm/fpaintb/layout.h"
 #include "qgemm/fpaintb/mma.h"
+
 
 namespace {
 
@@ -352,4 +353,5 @@ struct Adapter {
 
 }  // namespace
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm75_f16_int8_m16_n16_wk8_o16_r8, Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":1,\"rows8\":true,\"warps_k\":8}")
+
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm75_f16_int8_m16_n16_wk8_o16_r8, Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":1,\"rows8\":true,\"stream\":false,\"warps_k\":8}")

@@ -286,7 +286,9 @@ class FpAIntBChoice:
         if self.ctas_per_sm < 0 or self.raster_group < 1:
             raise ValueError(f"ctas_per_sm must be >= 0 and raster_group >= 1, got {self.ctas_per_sm} and "
                              f"{self.raster_group}")
-        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.ctas_per_sm, self.raster_group) != (0, 1):
+        # (The decode variant of the small-M kernel takes ctas_per_sm too: split-K over CTAs.)
+        split_k = isinstance(self.spec, FpAIntBGemvSpec) and self.spec.stream
+        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.raster_group != 1 or (self.ctas_per_sm and not split_k)):
             raise ValueError(f"ctas_per_sm and raster_group are knobs of the tiled GEMM, not of {self.spec.name}")
 
     @property
@@ -305,9 +307,41 @@ def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
     return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
 
 
+# The decode variant of the small-M kernel (FpAIntBGemvSpec stream=True: weights as the MMA's A
+# operand, a predicate-free K loop; issue 16) for M <= FPAINTB_STREAM_MAX_M on sm80 and later, in place
+# of both the B-operand small-M kernel and the 16-row tiled GEMM. Not measured yet: the SASS has
+# 45-56 instructions per 16 bytes of INT4 codes in the K loop (group 128 / per channel, with and
+# without zeros) where the B-operand kernel has ~150, so the choice follows from the ncu finding
+# that the old kernel was issue-bound (issue 16). The CTA shapes keep enough code bytes in flight per SM
+# (Little's law: ~25-32 KB at ~1 us latency): 16 columns a CTA with 16 warps an SM (registers capped
+# at 128), and per warp two blocks of INT4 codes in flight or one of INT8 (twice the bytes), 2 KB;
+# 16-token CTAs (M 9-16) hold twice the activations: one block, 12 warps an SM.
+# benchmarks/bench_fpaintb.py --decode times these against the catalog's alternatives and the old path.
+# Split-K: FPAINTB_STREAM_CTAS_PER_SM > 0 lets the kernel split each output tile's K over up to 8 CTAs
+# so that the grid fills its last wave (the CTAs that fit at once: at most this many per SM); 0 turns
+# it off. A grid of 16-column tiles is 1344 CTAs for N = 21504, 5.1 waves of 264: without splitting,
+# the last ~15% of the time would run a tenth of the CTAs.
+FPAINTB_STREAM_MAX_M = 16
+FPAINTB_STREAM_CTAS_PER_SM = 8
+FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
+    4: (dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+    8: (dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+}
+
+
+def fpaintb_stream_choice(m: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
+    """The decode variant's configuration for M <= FPAINTB_STREAM_MAX_M rows (FPAINTB_STREAM)."""
+    config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM)
+
+
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
     if m >= FPAINTB_DEQUANT_MIN_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
+    if arch >= 80 and m <= FPAINTB_STREAM_MAX_M:
+        return fpaintb_stream_choice(m, bits, act, arch)
     if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
         return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
     return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)

@@ -111,6 +111,8 @@ def test_weight_dequantize_round_trip():
     (dict(act="f16", bits=4, m_tiles=4, n_tiles=4), "m_tiles \\* n_tiles must be at most 8"),
     (dict(act="f16", bits=4, warps_k=3), "warps_k must be"),
     (dict(act="f16", bits=4, min_warps_per_sm=10), "min_warps_per_sm must be"),
+    (dict(act="f16", bits=4, m_tiles=2, stream=True), "stream needs m_tiles 1"),
+    (dict(act="f16", bits=4, n_tiles=1, stream=True), "an even n_tiles"),
 ])
 def test_gemv_spec_rejects(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -149,6 +151,8 @@ def test_gemm_spec_shared_memory():
 
 def test_names_and_catalog():
     assert FpAIntBGemvSpec("bf16", 4, 2, 4, 4).name == "qgemm_fpaintb_gemv_sm80_bf16_int4_m32_n32_wk4"
+    assert (FpAIntBGemvSpec("f16", 8, 1, 2, 8, min_warps_per_sm=16, rows8=True, stream=True).name
+            == "qgemm_fpaintb_gemv_sm80_f16_int8_m16_n16_wk8_o16_r8_s")
     assert FpAIntBDequantSpec("f16", 8, 75).name == "qgemm_fpaintb_dequant_sm75_f16_int8"
     assert FpAIntBGemmSpec(**GEMM).name == "qgemm_fpaintb_gemm_sm80_f16_int4_64x128x64_w32x64_s4"
     sm75 = catalog(75, "fpaintb_gemv") + catalog(75, "fpaintb_gemm")
@@ -176,6 +180,10 @@ def test_heuristic_choices_are_in_the_catalog():
                         assert choice.spec in built, (sm, m, n, k, bits, act, choice.spec.name)
                         if m >= heuristics.FPAINTB_DEQUANT_MIN_M:
                             assert choice.dequantize
+                        elif arch >= 80 and m <= heuristics.FPAINTB_STREAM_MAX_M:
+                            # the decode variant, 8-token CTAs up to 8 rows
+                            assert isinstance(choice.spec, FpAIntBGemvSpec) and choice.spec.stream, (m, n, bits)
+                            assert choice.spec.rows8 == (m <= 8), (m, n, bits)
                         elif m <= 8 and (bits == 8 or n <= heuristics.FPAINTB_GEMV_MAX_N):
                             assert isinstance(choice.spec, FpAIntBGemvSpec), (m, n, bits)
                         else:
@@ -185,10 +193,14 @@ def test_heuristic_choices_are_in_the_catalog():
 def test_heuristic_tiles():
     """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
     decode = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
-    assert (decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, 2, 8, 16)
+    assert (decode.stream, decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, True, 2, 8, 16)
+    assert heuristics.fpaintb_choice(16, 4096, 11008, 8, "bf16", 80, 132).spec.rows8 is False
+    # Turing keeps the B-operand small-M kernel up to 8 rows
+    sm75 = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 75, 132).spec
+    assert (sm75.stream, sm75.n_tiles, sm75.warps_k) == (False, 2, 8)
 
-    def gemm(m, k, n, bits=4):
-        c = heuristics.fpaintb_choice(m, n, k, bits, "f16", 80, 132)
+    def gemm(m, k, n, bits=4):  # the tiled GEMM's table (from 17 rows the heuristic's choice)
+        c = heuristics.fpaintb_gemm_choice(m, n, k, bits, "f16", 80, 132)
         return c.spec.tile, c.spec.warp, c.spec.stages, c.ctas_per_sm, c.raster_group
     streamk = heuristics.FPAINTB_STREAMK_CTAS_PER_SM
     assert gemm(1, 14336, 21504) == ((16, 128, 128), (16, 32), 4, streamk, 1)   # INT4 decode: GEMM beyond N 4096
@@ -468,3 +480,31 @@ def test_one_shot_and_module_reject(fake_gpu):
         qgemm.nn.QuantLinear.from_float(torch.nn.Conv2d(1, 1, 1))
     with pytest.raises(TypeError, match="weight must be a qgemm.IntBWeight, got Tensor"):
         qgemm.nn.QuantLinear.from_weight(torch.zeros(8, 8))
+
+
+# --- the decode variant's host plan (split-K geometry) --------------------------------------------
+
+@pytest.fixture(scope="module")
+def stream_library(tmp_path_factory):
+    spec = FpAIntBGemvSpec("f16", 4, 1, 2, 8, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True)
+    return HostLibrary(str(build(spec, 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
+
+
+@pytest.mark.parametrize("m, n, k, slots, grid, workspace", [
+    (1, 21504, 14336, 0, (1344, 1), 0),            # no split asked: one CTA per 16-column tile
+    (1, 21504, 14336, 264, (2 * 1344, 1), 1344 * 4),  # 5.1 waves -> 2 splits (10.2 waves, 93% full)
+    (1, 4096, 11008, 264, (256, 1), 0),            # 256 tiles fill 97% of one wave: no split
+    (16, 4096, 11008, 264, (256, 2), 0),           # two 8-token rows, 1.9 waves: 97%
+    (1, 40, 8192, 264, (3 * 2, 1), 3 * 4),         # 3 tiles: at most 64 / (4 * 8) = 2 splits
+    (1, 21504, 4096, 264, (1344, 1), 0),           # 32 blocks: too few to split over 8 warps
+])
+@requires_nvcc
+@pytest.mark.nvcc
+def test_stream_plan_split_k(stream_library, m, n, k, slots, grid, workspace):
+    p = gemv_problem(m, n, k)
+    p.ext[2] = slots
+    status, launch = stream_library.plan(p)
+    assert status == 0, stream_library.status_string(status)
+    assert (launch.grid[0], launch.grid[1], launch.grid[2]) == (*grid, 1)
+    assert launch.workspace_bytes == workspace
+    assert launch.block[0] == 256

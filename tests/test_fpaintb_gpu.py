@@ -139,6 +139,142 @@ def test_every_catalog_kernel(bits, dtype):
                 assert err < BOUND[dtype], (spec.name, group_size, m, err)
 
 
+# Decode-variant configurations the tests run besides the catalog's (benchmarks/device_gemv.sh builds
+# them up front): one warp, the deepest ring, the widest CTA, 16-token CTAs with 8 warps.
+STREAM_EXTRA = [dict(m_tiles=1, n_tiles=2, warps_k=1, rows8=True), dict(m_tiles=1, n_tiles=2, warps_k=8, prefetch=3, rows8=True),
+                dict(m_tiles=1, n_tiles=8, warps_k=2, rows8=True), dict(m_tiles=1, n_tiles=2, warps_k=8)]
+
+
+def stream_test_specs(act, bits, target):
+    """The decode variant (FpAIntBGemvSpec stream=True): every catalog configuration plus STREAM_EXTRA."""
+    from cutlass_gen.catalog import catalog
+    specs = [s for s in catalog(target, FpAIntBGemvSpec.family) if s.act == act and s.bits == bits and s.stream]
+    extra = [FpAIntBGemvSpec(act, bits, stream=True, **c) for c in STREAM_EXTRA]
+    return specs + [s for s in extra if s not in specs]
+
+
+def _stream_specs(act, bits):
+    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
+    specs = stream_test_specs(act, bits, target)
+    assert any(s.stream for s in specs), "the catalog has the decode variant"
+    return specs
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("group_size", (32, 64, 128, 256, "channel"))
+@pytest.mark.parametrize("zeros", (False, True))
+def test_decode_variant(bits, dtype, group_size, zeros):
+    """The decode variant at M = 1, 3, 8, 9, 16 (and 37: several CTA rows), N = 8 (one half tile: the
+    other 8 columns clamped) and 40 (the last CTA part past N), K at its minimum for the group (64 for
+    group 32/64 and per channel: only the half block past K), K ending on a half block (320) and
+    several blocks per warp (1408 or 4 groups), every scale mode (per weight: 32/64, per block:
+    128/256, per column), zeros or not, with a bias."""
+    act = qgemm.fpaintb.ACT_DTYPES[dtype]
+    specs = _stream_specs(act, bits)
+    if group_size == "channel":
+        ks = (64, 320, 1408)
+    elif group_size in (32, 64):
+        ks = (64, 320, 1408)
+    else:
+        ks = (group_size, 4 * group_size)
+    for n in (8, 40):
+        for k in ks:
+            g = k if group_size == "channel" else group_size
+            weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
+            plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=n))
+            for m in (1, 3, 8, 9, 16, 37):
+                x = randn(m, k, dtype=dtype, seed=m + k)
+                ref = reference(x, weight, plan.bias)
+                if m <= heuristics.FPAINTB_STREAM_MAX_M:
+                    assert plan.choice(m).spec.stream, plan.choice(m)
+                for spec in specs:
+                    err = rel_err(run(plan, x, heuristics.FpAIntBChoice(spec)), ref)
+                    assert err < BOUND[dtype], (spec.name, m, n, k, g, zeros, err)
+
+
+@pytest.mark.parametrize("dtype", ACTS)
+@pytest.mark.parametrize("bits", (4, 8))
+def test_decode_variant_split_k(bits, dtype):
+    """Split-K over CTAs (ctas_per_sm > 0: the plan's choice for M <= 16): few output tiles (N = 40 and
+    264) and a long K (8192, 64 blocks; 8320 ends on a half block) split over several CTAs each; 7
+    CTAs at once (0.05 per SM) or all that fit. The last CTA of a tile adds the partials in split
+    order: the same bits launch after launch and under graph replay on a side stream."""
+    act = qgemm.fpaintb.ACT_DTYPES[dtype]
+    specs = _stream_specs(act, bits)
+    for n, k, group_size, zeros in ((40, 8192, 128, True), (264, 8320, 64, False), (40, 8320, "channel", True)):
+        g = k if group_size == "channel" else group_size
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=n))
+        for m in (1, 3, 9, 16):
+            x = randn(m, k, dtype=dtype, seed=m + k)
+            ref = reference(x, weight, plan.bias)
+            assert plan.choice(m).ctas_per_sm > 0
+            for spec in specs:
+                for ctas_per_sm in (0.05, 8):
+                    choice = heuristics.FpAIntBChoice(spec, ctas_per_sm)
+                    first = run(plan, x, choice)
+                    err = rel_err(first, ref)
+                    assert err < BOUND[dtype], (spec.name, m, n, k, g, ctas_per_sm, err)
+                    assert torch.equal(run(plan, x, choice), first), (spec.name, m, "not deterministic")
+    spec = specs[0]
+    choice = heuristics.FpAIntBChoice(spec, 8)
+    x = randn(1, k, dtype=dtype, seed=1)
+    first = run(plan, x, choice)
+    out = torch.full_like(first, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan(x, out, choice=choice)
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+    side.synchronize()
+    assert torch.equal(out, first)
+
+
+def test_decode_variant_graph_two_streams_and_nan():
+    """The decode variant under CUDA-graph replay and on two streams at once (no state between
+    launches), and a NaN in x reaching its row of the output (as an unquantized GEMM's), not others."""
+    n, k = 264, 2048
+    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=12)
+    plan = qgemm.FpAIntBPlan(weight)
+    for m in (1, 16):
+        assert plan.choice(m).spec.stream
+        x = randn(m, k, dtype=torch.float16, seed=m)
+        ref = reference(x, weight)
+        out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+        plan(x, out)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan(x, out)
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert rel_err(out, ref) < BOUND[torch.float16]
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        xs = [x, randn(m, k, dtype=torch.float16, seed=m + 100)]
+        outs = [torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda") for _ in streams]
+        torch.cuda.synchronize()
+        for _ in range(10):
+            for s, xi, oi in zip(streams, xs, outs):
+                with torch.cuda.stream(s):
+                    plan(xi, oi)
+        torch.cuda.synchronize()
+        for xi, oi in zip(xs, outs):
+            assert rel_err(oi, reference(xi, weight)) < BOUND[torch.float16]
+        xn = x.clone()
+        xn[0, 5] = float("nan")
+        y = plan(xn)
+        torch.cuda.synchronize()
+        assert torch.isnan(y[0]).all()
+        if m > 1:
+            assert not torch.isnan(y[1:]).any()
+
+
 def _gemm_specs(dtype, bits):
     """Every tiled GEMM of the catalog for this type and width, plus the arch-75 (two-stage,
     m16n8k8) ones for FP16."""

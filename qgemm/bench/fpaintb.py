@@ -63,6 +63,8 @@ def label(choice) -> str:
         return f"g{tm}x{tn}x{tk}s{spec.stages}{streamk}"
     occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
     extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
+    extra += "s" if getattr(spec, "stream", False) else ""  # the decode variant
+    extra += f"c{choice.ctas_per_sm:g}" if getattr(choice, "ctas_per_sm", 0) else ""  # its split-K over CTAs
     return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
 
 

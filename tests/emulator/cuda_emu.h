@@ -190,8 +190,10 @@ inline bool run_block(uint3 block, int threads) {
   return true;
 }
 
-// Launches a 1-D grid (blocks one after another); 0 or 1 (state().error says why).
-inline int launch(unsigned blocks, int threads, size_t smem_bytes, std::function<void(char*)> kernel) {
+// Launches a grid of grid.x * grid.y * grid.z blocks, one after another (x fastest); 0 or 1
+// (state().error says why).
+inline int launch(uint3 grid, int threads, size_t smem_bytes, std::function<void(char*)> kernel) {
+  unsigned const blocks = grid.x * grid.y * grid.z;
   State& s = state();
   s.error.clear();
   std::vector<char> smem(smem_bytes + 256);
@@ -202,7 +204,7 @@ inline int launch(unsigned blocks, int threads, size_t smem_bytes, std::function
     s.smem = base;
     s.smem_bytes = smem_bytes;
     s.body = [&] { kernel(base); };
-    if (!run_block(make_uint3(b, 0, 0), threads)) break;
+    if (!run_block(make_uint3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), threads)) break;
   }
   return s.error.empty() ? 0 : 1;
 }

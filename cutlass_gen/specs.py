@@ -1009,10 +1009,11 @@ class W8A8GemvSpec(KernelSpec):
     depth: int = 3
     max_slice_k: int = 2048
     max_slice_blocks: int = 16
+    min_ctas: int = 1
     arch: int = 80
 
     def __post_init__(self):
-        for what, value, allowed in (("input", self.input, self.INPUTS), ("scheme", self.scheme, self.SCHEMES),
+        for what, value, allowed in (("min_ctas", self.min_ctas, (1, 2, 3, 4)), ("input", self.input, self.INPUTS), ("scheme", self.scheme, self.SCHEMES),
                                      ("output", self.output, self.OUTPUTS), ("warps", self.warps, (2, 4, 8)),
                                      ("n_tiles", self.n_tiles, (1, 2, 4)), ("depth", self.depth, (2, 3, 4, 5)),
                                      ("max_slice_k", self.max_slice_k, (1024, 2048, 4096)),
@@ -1062,7 +1063,7 @@ class W8A8GemvSpec(KernelSpec):
     def name(self) -> str:
         scheme = "asym" if self.scheme == "asymmetric" else "sym"
         return (f"qgemm_w8a8_gemv_sm{self.arch}_{self.input}_s8_{self.output}_{scheme}"
-                f"_w{self.warps}n{self.n_tiles}d{self.depth}_k{self.max_slice_k}b{self.max_slice_blocks}")
+                f"_w{self.warps}n{self.n_tiles}d{self.depth}c{self.min_ctas}_k{self.max_slice_k}b{self.max_slice_blocks}")
 
 
 FAMILIES[W8A8GemvSpec.family] = W8A8GemvSpec

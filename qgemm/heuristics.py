@@ -572,3 +572,66 @@ def _conv_tile(m: int, out_channels: int, sm_count: int, fitting: list):
     if large:
         return max(large, key=lambda s: s.tile[0] * s.tile[1])
     return max(lean, key=ctas)
+
+
+# --- W8A8 decode: the fused quantize + GEMV kernel (W8A8GemvSpec) -------------------------------
+#
+# Provisional (not yet measured; benchmarks/device_w8dec.sh times every variant on the device, and
+# these values are to be set from it):
+#   * plans built with launch_mode "auto" on sm80+ run it for M <= W8A8_GEMV_MAX_M (the kernel
+#     holds at most 16 rows: one m16 MMA tile);
+#   * M <= W8A8_GEMV_NARROW_MAX_M: the "narrow" variant (128 columns per CTA, 3 chunks of loads
+#     ahead); above, "wide" (256 columns: each CTA quantizes x for twice as many weight bytes, which
+#     halves the quantization's share at 16 rows);
+#   * K split so that about W8A8_GEMV_CTAS_PER_SM CTAs per SM run (column tiles x splits), and never
+#     more K per CTA than its shared memory holds.
+W8A8_GEMV_MAX_M = 16
+W8A8_GEMV_NARROW_MAX_M = 8
+W8A8_GEMV_CTAS_PER_SM = 2
+W8A8_GEMV_VARIANTS = {
+    "narrow": dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
+    "wide": dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
+    "deep": dict(warps=4, n_tiles=4, depth=3, min_ctas=3),
+}
+
+
+@dataclass(frozen=True)
+class W8A8GemvChoice:
+    """A W8A8 decode kernel and its K slice (QgemmProblem ext[2]: K-blocks per CTA)."""
+
+    spec: "W8A8GemvSpec"
+    slice_blocks: int
+
+    def __post_init__(self):
+        from cutlass_gen.specs import W8A8GemvSpec
+        if not isinstance(self.spec, W8A8GemvSpec):
+            raise TypeError(f"spec must be a W8A8GemvSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.slice_blocks, int) or self.slice_blocks < 1:
+            raise ValueError(f"slice_blocks must be an int >= 1, got {self.slice_blocks!r}")
+
+
+def w8a8_gemv_applies(m: int, target_sm: int) -> bool:
+    return target_sm >= 80 and 1 <= m <= W8A8_GEMV_MAX_M
+
+
+def w8a8_gemv_slice_blocks(spec, n: int, k: int, block_size: int, sm_count: int,
+                           ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM) -> int:
+    """K-blocks per CTA: enough K splits for about ctas_per_sm CTAs per SM, within the CTA's shared
+    memory, with no empty split."""
+    blocks = k // block_size
+    most = spec.max_slice_blocks_for(block_size)
+    tiles = -(-n // spec.tile_n)
+    wanted = -(-round(ctas_per_sm * sm_count) // tiles)
+    splits = max(-(-blocks // most), min(blocks, wanted))
+    return -(-blocks // splits)
+
+
+def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme: str, output: str, sm_count: int,
+                     variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM) -> W8A8GemvChoice:
+    from cutlass_gen.specs import W8A8GemvSpec
+    if variant is None:
+        variant = "narrow" if m <= W8A8_GEMV_NARROW_MAX_M else "wide"
+    if variant not in W8A8_GEMV_VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(W8A8_GEMV_VARIANTS)}, got {variant!r}")
+    spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
+    return W8A8GemvChoice(spec, w8a8_gemv_slice_blocks(spec, n, k, block_size, sm_count, ctas_per_sm))

@@ -49,6 +49,6 @@ extern "C" void emu_schedule(int schedule) { emu::state().schedule = schedule; }
     params = ADAPTER::Params{};                                                                      \
     status = ADAPTER::make_params(*problem, workspace, params);                                      \
     if (status != 0) return 1000 + status;                                                           \
-    return emu::launch(launch.grid[0] * launch.grid[1] * launch.grid[2], int(launch.block[0]),       \
+    return emu::launch(make_uint3(launch.grid[0], launch.grid[1], launch.grid[2]), int(launch.block[0]), \
                        launch.smem_bytes, [](char* smem) { ADAPTER::run(params, smem); });            \
   }

@@ -212,6 +212,94 @@ def summary(rows: list[dict], ms) -> list[str]:
     return lines
 
 
+# --- decode (M <= 16): the fused quantize + GEMV kernel against today's two-kernel path ---------
+DECODE_MS = [1, 4, 16]
+DECODE_CTAS_PER_SM = (1, 2, 4)
+
+
+def _vector_bytes(n: int, k: int, scheme: str) -> int:
+    """The weight's per-block vectors the kernel reads besides the int8 weight (block 128)."""
+    blocks = k // 128
+    return 3 * 4 * n * blocks if scheme == "asymmetric" else 4 * -(-n // 128) * blocks
+
+
+def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
+    """Per scheme: `fused` = plan(x) with launch_mode "auto" (M <= heuristics.W8A8_GEMV_MAX_M runs
+    the fused W8A8GemvSpec kernel), `today` = plan(x) with launch_mode "sm90" (act_quant, then the
+    swapped Sm90 GEMM), cuBLAS FP16, and two floors: the issue's (int8 x + int8 weight + FP16 out)
+    and the same plus the weight's per-block vectors (asymmetric: sw, ow, v = 12 bytes per column
+    and block, ~9% of the weight at block 128). With `sweep`, every variant x CTAs per SM."""
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
+    copies = rotation_count(n * k)
+    copies16 = rotation_count(2 * n * k)
+    w16 = [w.half() for _ in range(copies16)]
+    rows = []
+    for scheme in ("symmetric", "asymmetric"):
+        weights = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128, scheme=scheme))
+        fused = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in weights]
+        today = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16, launch_mode="sm90") for x in weights]
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.2
+            row = {"scheme": scheme, "m": m, "n": n, "k": k, "copies": copies}
+            row["fused_us"] = timed_rotating([lambda p=p: p(x) for p in fused])
+            row["fused_warm_us"] = timed(lambda: fused[0](x))
+            row["today_us"] = timed_rotating([lambda p=p: p(x) for p in today])
+            row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
+            row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
+            row["floor_vec_us"] = row["floor_us"] + _vector_bytes(n, k, scheme) / bw * 1e6
+            if fused[0]._gemv is not None and m <= heuristics.W8A8_GEMV_MAX_M:
+                c = fused[0]._gemv.choice(m, x.dtype)
+                row["kernel"] = c.spec.name
+                row["slice_blocks"] = c.slice_blocks
+                row["fused_GBps"] = (n * k + _vector_bytes(n, k, scheme)) / (row["fused_us"] * 1e-6) / 1e9
+            if sweep:
+                row["sweep"] = {}
+                for variant in heuristics.W8A8_GEMV_VARIANTS:
+                    for cps in DECODE_CTAS_PER_SM:
+                        c = fused[0]._gemv.choice(m, x.dtype, variant=variant, ctas_per_sm=cps)
+                        t = timed_rotating([lambda p=p, c=c: p._call_gemv(x, None, m, choice=c) for p in fused])
+                        row["sweep"][f"{variant}/cps{cps}"] = t
+            rows.append(row)
+            print(_fmt_decode(row), flush=True)
+        del weights, fused, today
+        torch.cuda.empty_cache()
+    del w16
+    torch.cuda.empty_cache()
+    return rows
+
+
+DECODE_HEADER = (f"{'scheme':>10} {'M':>3} {'N':>6} {'K':>6} | {'fused':>7} {'today':>7} {'fp16':>7} {'floor':>7} "
+                 f"{'floor+v':>7} | {'fu/fp16':>7} {'td/fp16':>7} {'fu/flr':>6} {'fu/flr+v':>8} {'GB/s':>6} | kernel")
+
+
+def _fmt_decode(r: dict) -> str:
+    line = (f"{r['scheme']:>10} {r['m']:>3} {r['n']:>6} {r['k']:>6} | {r['fused_us']:>7.1f} {r['today_us']:>7.1f} "
+            f"{r['fp16_us']:>7.1f} {r['floor_us']:>7.1f} {r['floor_vec_us']:>7.1f} | "
+            f"{_ratio(r['fp16_us'], r['fused_us']):>6.2f}x {_ratio(r['fp16_us'], r['today_us']):>6.2f}x "
+            f"{_ratio(r['fused_us'], r['floor_us']):>6.2f} {_ratio(r['fused_us'], r['floor_vec_us']):>8.2f} "
+            f"{r.get('fused_GBps', math.nan):>6.0f} | {r.get('kernel', '-')} sb={r.get('slice_blocks', '-')}")
+    if "sweep" in r:
+        best = min(r["sweep"], key=lambda key: r["sweep"][key] if not math.isnan(r["sweep"][key]) else math.inf)
+        line += "\n      sweep: " + " ".join(f"{key}={t:.1f}" for key, t in r["sweep"].items()) + f"  best {best}"
+    return line
+
+
+def decode_summary(rows: list[dict], ms) -> list[str]:
+    lines = ["decode geomeans over the shapes (fused = the fused kernel through plan(x); targets: >= 1.7x fp16, "
+             "<= 1.2x floor):"]
+    for scheme in ("symmetric", "asymmetric"):
+        for m in ms:
+            rs = [r for r in rows if r["m"] == m and r["scheme"] == scheme]
+            if rs:
+                lines.append(
+                    f"  {scheme:>10} M={m:>2}: fused vs fp16 {geomean(_ratio(r['fp16_us'], r['fused_us']) for r in rs):.2f}x, "
+                    f"today vs fp16 {geomean(_ratio(r['fp16_us'], r['today_us']) for r in rs):.2f}x, "
+                    f"fused/floor {geomean(_ratio(r['fused_us'], r['floor_us']) for r in rs):.2f}, "
+                    f"fused/(floor+vectors) {geomean(_ratio(r['fused_us'], r['floor_vec_us']) for r in rs):.2f}")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench_w8a8.json")
@@ -222,11 +310,30 @@ def main():
     ap.add_argument("--sweep-m", action="append", type=int, help="sweep only these M (default: the benchmark's)")
     ap.add_argument("--sweep-promote", action="store_true", help="also time every promote (Sm80) catalog kernel per M")
     ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
+    ap.add_argument("--decode", action="store_true",
+                    help="decode table instead: the fused W8A8 GEMV kernel vs today's path vs fp16, M = 1, 4, 16")
+    ap.add_argument("--decode-sweep", action="store_true", help="with --decode: time every GEMV variant x CTAs/SM")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
     ms = args.m or MS
     bw = copy_bandwidth()
+    if args.decode:
+        ms = args.m or DECODE_MS
+        print(DECODE_HEADER)
+        rows = []
+        for n, k in shapes:
+            rows += decode_shape(n, k, ms, bw, args.decode_sweep)
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
+                       "decode": rows}, f, indent=1)
+        print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s; us per call, CUDA graphs, "
+              f"weights rotated through >= 4x L2")
+        print(DECODE_HEADER)
+        for r in rows:
+            print(_fmt_decode(r))
+        print("\n".join(decode_summary(rows, ms)))
+        return
     overhead = host_overhead_us()
     print(HEADER)
     rows, sweep = [], []

@@ -316,7 +316,7 @@ class W8A8GemmPlan:
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
-        self._gemv = W8A8GemvLauncher(self) if decode_fused else None
+        self._gemv = W8A8GemvLauncher(self) if decode_fused and W8A8GemvLauncher.fits(self) else None
         self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M (Sm90)
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
         self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)

@@ -15,7 +15,7 @@ import threading
 
 import torch
 
-from . import _checks, heuristics
+from . import heuristics
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, get_kernel
 
@@ -35,13 +35,6 @@ class W8A8GemvLauncher:
         self._device_index = plan.device.index
         self._sm_count = plan._sm_count
         self._target_sm = plan.target_sm
-        # The kernel reads the weight rows and the column vectors 16 bytes at a time.
-        _checks.aligned("weight.qweight", w.qweight, 16, "16-byte weight loads")
-        vectors = [("weight.scale", w.scale)]
-        if w.scheme == "asymmetric":
-            vectors += [("weight.offset", w.offset), ("weight.v", plan._weight_v)]
-            for name, t in vectors:
-                _checks.aligned(name, t, 16, "16-byte column-vector loads")
         p = self._problem = QgemmProblem()
         p.n, p.k = w.n, w.k
         p.ext[0] = w.block_size
@@ -58,6 +51,15 @@ class W8A8GemvLauncher:
         self._call = CallBuffers()
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._per_key: dict = {}  # (M, x dtype) -> (kernel, launch, choice)
+
+    @staticmethod
+    def fits(plan) -> bool:
+        """Whether the kernel can read this plan's weight: rows and (asymmetric) column vectors are
+        read 16 bytes at a time, so their storage must be 16-byte aligned. A plan whose weight is not
+        (a view at an odd offset) keeps today's decode path instead of failing."""
+        w = plan.weight
+        tensors = [w.qweight] + ([w.scale, w.offset, plan._weight_v] if w.scheme == "asymmetric" else [])
+        return all(t is not None and t.data_ptr() % 16 == 0 for t in tensors)
 
     def choice(self, m: int, dtype: torch.dtype, **overrides) -> heuristics.W8A8GemvChoice:
         """The kernel and K slice for M rows of x in `dtype` (heuristics.w8a8_gemv_choice; `overrides`:

@@ -1049,7 +1049,8 @@ class W8A8GemvSpec(KernelSpec):
         """Dynamic shared memory of a CTA with this slice (the template's Smem::of)."""
         vecs = 3 if self.scheme == "asymmetric" else 1
         row_stride = -(-slice_blocks * block_size // 64) * 64 + 64
-        return 16 * row_stride + slice_blocks * vecs * 16 * 4 + slice_blocks * vecs * self.tile_n * 4
+        col_floats = 3 * self.tile_n if self.scheme == "asymmetric" else self.tile_n // 4
+        return 16 * row_stride + slice_blocks * vecs * 16 * 4 + slice_blocks * col_floats * 4
 
     @property
     def smem_bytes(self) -> int:

@@ -42,7 +42,9 @@ def test_spec_name_round_trip_and_geometry():
     assert spec_from_dict(spec.to_dict()) == spec
     assert spec.tile_n == 128 and spec.supports_target(80) and spec.supports_target(90) and not spec.supports_target(75)
     # x codes 16 rows x (slice + 64), row vectors and column vectors per block.
-    assert spec.slice_smem_bytes(2, 128) == 16 * 320 + 2 * 16 * 4 + 2 * 128 * 4
+    assert spec.slice_smem_bytes(2, 128) == 16 * 320 + 2 * 16 * 4 + 2 * (128 // 4) * 4
+    asym = W8A8GemvSpec("f16", "asymmetric", "f16", warps=4, n_tiles=4)
+    assert asym.slice_smem_bytes(2, 128) == 16 * 320 + 2 * 3 * 16 * 4 + 2 * 3 * 128 * 4
 
 
 def test_catalog_sm80_and_sm90_not_sm75():

@@ -34,14 +34,19 @@ struct RowBlock {
   float scale, offset, sum;
 };
 
-// Lane `lane` of a warp quantizes elements [lane * kPerLane, + kPerLane) of the block starting at
-// `src` (kPerLane = block_size / 32) into `dst` (same offsets). Returns the block's vectors (every
-// lane gets them).
-template <bool kSymmetric, int kPerLane, class Element>
-__device__ __forceinline__ RowBlock quantize_block(Element const* src, int8_t* dst, int lane) {
-  float v[kPerLane];
+// Lane `lane`'s elements [lane * kPerLane, + kPerLane) of the block starting at `src`
+// (kPerLane = block_size / 32), as floats (exact for every input type). Separate from
+// quantize_block so that a warp can have the loads of several blocks in flight at once.
+template <int kPerLane, class Element>
+__device__ __forceinline__ void load_block(Element const* src, int lane, float (&v)[kPerLane]) {
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) v[i] = float(src[lane * kPerLane + i]);
+}
+
+// The warp quantizes one block (each lane its load_block elements) into `dst` (same offsets).
+// Returns the block's vectors (every lane gets them).
+template <bool kSymmetric, int kPerLane>
+__device__ __forceinline__ RowBlock quantize_block(float const (&v)[kPerLane], int8_t* dst, int lane) {
   // Any NaN or Inf in the block (x - x is NaN exactly for those).
   bool finite = true;
 #pragma unroll

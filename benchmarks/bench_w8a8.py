@@ -255,11 +255,15 @@ def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
                 row["fused_GBps"] = (n * k + _vector_bytes(n, k, scheme)) / (row["fused_us"] * 1e-6) / 1e9
             if sweep:
                 row["sweep"] = {}
-                for variant in heuristics.W8A8_GEMV_VARIANTS:
-                    for cps in DECODE_CTAS_PER_SM:
-                        c = fused[0]._gemv.choice(m, x.dtype, variant=variant, ctas_per_sm=cps)
+                for variant, config in heuristics.W8A8_GEMV_VARIANTS.items():
+                    # Cluster variants: their split is fixed (K in 8 slices); others over CTAs per SM.
+                    for cps in ((DECODE_CTAS_PER_SM[0],) if config.get("cluster") else DECODE_CTAS_PER_SM):
+                        try:
+                            c = fused[0]._gemv.choice(m, x.dtype, variant=variant, ctas_per_sm=cps)
+                        except ValueError:
+                            continue  # a cluster variant where K does not fit 8 slices, or not sm90
                         t = timed_rotating([lambda p=p, c=c: p._call_gemv(x, None, m, choice=c) for p in fused])
-                        row["sweep"][f"{variant}/cps{cps}"] = t
+                        row["sweep"][variant if config.get("cluster") else f"{variant}/cps{cps}"] = t
             rows.append(row)
             print(_fmt_decode(row), flush=True)
         del weights, fused, today

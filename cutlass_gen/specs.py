@@ -1010,15 +1010,20 @@ class W8A8GemvSpec(KernelSpec):
     max_slice_k: int = 2048
     max_slice_blocks: int = 16
     min_ctas: int = 1
+    cluster: int = 0
     arch: int = 80
 
     def __post_init__(self):
-        for what, value, allowed in (("min_ctas", self.min_ctas, (1, 2, 3, 4)), ("input", self.input, self.INPUTS), ("scheme", self.scheme, self.SCHEMES),
+        if (self.cluster > 0) != (self.arch == 90):
+            raise ValueError(f"cluster > 0 (split-K in a thread block cluster) needs arch 90, and arch 90 a cluster; "
+                             f"got cluster={self.cluster!r}, arch={self.arch!r}")
+        for what, value, allowed in (("min_ctas", self.min_ctas, (1, 2, 3, 4)), ("input", self.input, self.INPUTS),
+                                     ("cluster", self.cluster, (0, 2, 4, 8)), ("scheme", self.scheme, self.SCHEMES),
                                      ("output", self.output, self.OUTPUTS), ("warps", self.warps, (2, 4, 8)),
                                      ("n_tiles", self.n_tiles, (1, 2, 4)), ("depth", self.depth, (2, 3, 4, 5)),
                                      ("max_slice_k", self.max_slice_k, (1024, 2048, 4096)),
                                      ("max_slice_blocks", self.max_slice_blocks, (8, 16, 32)),
-                                     ("arch", self.arch, (80,))):
+                                     ("arch", self.arch, (80, 90))):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed} for {self.family}, got {value!r}")
         if self.smem_bytes > 227 * 1024:
@@ -1050,7 +1055,8 @@ class W8A8GemvSpec(KernelSpec):
         vecs = 3 if self.scheme == "asymmetric" else 1
         row_stride = -(-slice_blocks * block_size // 64) * 64 + 64
         col_floats = 3 * self.tile_n if self.scheme == "asymmetric" else self.tile_n // 4
-        return 16 * row_stride + slice_blocks * vecs * 16 * 4 + slice_blocks * col_floats * 4
+        total = 16 * row_stride + slice_blocks * vecs * 16 * 4 + slice_blocks * col_floats * 4
+        return max(total, 16 * self.tile_n * 4) if self.cluster else total
 
     @property
     def smem_bytes(self) -> int:
@@ -1064,7 +1070,8 @@ class W8A8GemvSpec(KernelSpec):
     def name(self) -> str:
         scheme = "asym" if self.scheme == "asymmetric" else "sym"
         return (f"qgemm_w8a8_gemv_sm{self.arch}_{self.input}_s8_{self.output}_{scheme}"
-                f"_w{self.warps}n{self.n_tiles}d{self.depth}c{self.min_ctas}_k{self.max_slice_k}b{self.max_slice_blocks}")
+                f"_w{self.warps}n{self.n_tiles}d{self.depth}c{self.min_ctas}_k{self.max_slice_k}b{self.max_slice_blocks}"
+                + (f"_cl{self.cluster}" if self.cluster else ""))
 
 
 FAMILIES[W8A8GemvSpec.family] = W8A8GemvSpec

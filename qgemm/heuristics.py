@@ -585,14 +585,23 @@ def _conv_tile(m: int, out_channels: int, sm_count: int, fitting: list):
 #     halves the quantization's share at 16 rows);
 #   * K split so that about W8A8_GEMV_CTAS_PER_SM CTAs per SM run (column tiles x splits), and never
 #     more K per CTA than its shared memory holds.
-W8A8_GEMV_MAX_M = 16
 W8A8_GEMV_NARROW_MAX_M = 8
 W8A8_GEMV_CTAS_PER_SM = 2
+#   * on sm90 the "_cl8" variants split K inside a cluster of 8 CTAs and reduce through distributed
+#     shared memory: no partial buffer, no counters to zero (one graph node per call instead of a
+#     memset and the kernel), but at most 8 splits, so K / 8 must fit one CTA's shared memory.
+#     W8A8_GEMV_PREFER_CLUSTER (off until measured) makes the heuristic take them where they fit.
+W8A8_GEMV_MAX_M = 16
 W8A8_GEMV_VARIANTS = {
     "narrow": dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
     "wide": dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
     "deep": dict(warps=4, n_tiles=4, depth=3, min_ctas=3),
+    "narrow_cl8": dict(warps=8, n_tiles=2, depth=4, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                       max_slice_blocks=32),
+    "wide_cl8": dict(warps=8, n_tiles=4, depth=2, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                     max_slice_blocks=32),
 }
+W8A8_GEMV_PREFER_CLUSTER = False
 
 
 @dataclass(frozen=True)
@@ -626,12 +635,36 @@ def w8a8_gemv_slice_blocks(spec, n: int, k: int, block_size: int, sm_count: int,
     return -(-blocks // splits)
 
 
+def w8a8_gemv_cluster_slice_blocks(spec, k: int, block_size: int) -> int | None:
+    """K-blocks per CTA of a cluster variant (the K in spec.cluster slices), None where a slice would
+    not fit the CTA's shared memory."""
+    slice_blocks = -(-(k // block_size) // spec.cluster)
+    return slice_blocks if slice_blocks <= spec.max_slice_blocks_for(block_size) else None
+
+
 def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme: str, output: str, sm_count: int,
-                     variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM) -> W8A8GemvChoice:
+                     variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM,
+                     target_sm: int = 80) -> W8A8GemvChoice:
+    """The decode kernel for M rows and its K slice. `variant` (a W8A8_GEMV_VARIANTS key) forces one;
+    a cluster variant raises ValueError where K does not fit its 8 slices or the target is below sm90."""
     from cutlass_gen.specs import W8A8GemvSpec
+    chosen = variant
     if variant is None:
         variant = "narrow" if m <= W8A8_GEMV_NARROW_MAX_M else "wide"
     if variant not in W8A8_GEMV_VARIANTS:
         raise ValueError(f"variant must be one of {tuple(W8A8_GEMV_VARIANTS)}, got {variant!r}")
+    if chosen is None and W8A8_GEMV_PREFER_CLUSTER and target_sm >= 90:
+        spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant + "_cl8"])
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is not None:
+            return W8A8GemvChoice(spec, slice_blocks)
     spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
+    if spec.cluster:
+        if target_sm < 90:
+            raise ValueError(f"variant {variant!r} needs an sm90 GPU (thread block clusters), target is sm{target_sm}")
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is None:
+            raise ValueError(f"variant {variant!r}: K={k} in {spec.cluster} slices does not fit a CTA's shared memory "
+                             f"(at most {spec.max_slice_blocks_for(block_size)} blocks of {block_size})")
+        return W8A8GemvChoice(spec, slice_blocks)
     return W8A8GemvChoice(spec, w8a8_gemv_slice_blocks(spec, n, k, block_size, sm_count, ctas_per_sm))

@@ -65,7 +65,7 @@ class W8A8GemvLauncher:
         """The kernel and K slice for M rows of x in `dtype` (heuristics.w8a8_gemv_choice; `overrides`:
         its variant= and ctas_per_sm=)."""
         return heuristics.w8a8_gemv_choice(m, self._n, self._k, self._block_size, INPUT_NAMES[dtype], self._scheme,
-                                           self._plan._output, self._sm_count, **overrides)
+                                           self._plan._output, self._sm_count, target_sm=self._target_sm, **overrides)
 
     def _prepare(self, m: int, dtype: torch.dtype, choice):
         choice = choice or self.choice(m, dtype)

@@ -27,8 +27,11 @@ SHAPES = [(4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (2112, 7168
     (dict(n_tiles=8), "n_tiles must be one of"),
     (dict(depth=1), "depth must be one of"),
     (dict(min_ctas=0), "min_ctas must be one of"),
-    (dict(arch=90), "arch must be one of"),
+    (dict(arch=75), "arch must be one of"),
     (dict(max_slice_k=3072), "max_slice_k must be one of"),
+    (dict(cluster=8), "cluster > 0 .* needs arch 90"),
+    (dict(arch=90), "cluster > 0 .* needs arch 90"),
+    (dict(cluster=3, arch=90), "cluster must be one of"),
 ])
 def test_spec_rejects_bad_fields_naming_them(kwargs, message):
     args = dict(input="f16", scheme="asymmetric", output="f16") | kwargs
@@ -49,15 +52,46 @@ def test_spec_name_round_trip_and_geometry():
 
 def test_catalog_sm80_and_sm90_not_sm75():
     specs = catalog(90, "w8a8_gemv")
-    assert catalog(80, "w8a8_gemv") == specs and catalog(75, "w8a8_gemv") == []
+    sm80 = catalog(80, "w8a8_gemv")
+    assert catalog(75, "w8a8_gemv") == []
+    assert set(sm80) < set(specs) and all(s.cluster for s in set(specs) - set(sm80))
+    assert all(s.arch == 80 and not s.cluster for s in sm80)
     assert {s.scheme for s in specs} == {"asymmetric", "symmetric"}
     assert {(s.input, s.output) for s in specs} == {("f16", "f16"), ("bf16", "bf16")}
-    # Every variant the heuristic can name is built.
-    names = {s.name for s in specs}
-    for variant in heuristics.W8A8_GEMV_VARIANTS:
-        for scheme in ("asymmetric", "symmetric"):
-            c = heuristics.w8a8_gemv_choice(1, 4096, 4096, 128, "f16", scheme, "f16", 132, variant=variant)
-            assert c.spec.name in names
+    # Every variant the heuristic can name is built (the cluster ones for sm90).
+    for target, names in ((80, {s.name for s in sm80}), (90, {s.name for s in specs})):
+        for variant, config in heuristics.W8A8_GEMV_VARIANTS.items():
+            if config.get("cluster") and target < 90:
+                with pytest.raises(ValueError, match="needs an sm90 GPU"):
+                    heuristics.w8a8_gemv_choice(1, 4096, 4096, 128, "f16", "symmetric", "f16", 132, variant=variant,
+                                                target_sm=target)
+                continue
+            for scheme in ("asymmetric", "symmetric"):
+                c = heuristics.w8a8_gemv_choice(1, 4096, 4096, 128, "f16", scheme, "f16", 132, variant=variant,
+                                                target_sm=target)
+                assert c.spec.name in names
+
+
+def test_cluster_variants_split_k_in_eight():
+    """A cluster variant takes K in at most 8 slices that fit a CTA; the heuristic takes it only when
+    W8A8_GEMV_PREFER_CLUSTER says so, on sm90, and where K fits."""
+    c = heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132, variant="narrow_cl8",
+                                    target_sm=90)
+    assert c.spec.cluster == 8 and c.slice_blocks == 7
+    with pytest.raises(ValueError, match="does not fit"):
+        heuristics.w8a8_gemv_choice(1, 64, 8 * 33 * 128, 128, "f16", "symmetric", "f16", 132, variant="narrow_cl8",
+                                    target_sm=90)
+    assert not heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132, target_sm=90).spec.cluster
+    heuristics.W8A8_GEMV_PREFER_CLUSTER = True
+    try:
+        assert heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132,
+                                           target_sm=90).spec.cluster == 8
+        assert not heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132,
+                                               target_sm=80).spec.cluster
+        long_k = heuristics.w8a8_gemv_choice(1, 64, 8 * 33 * 128, 128, "f16", "symmetric", "f16", 132, target_sm=90)
+        assert not long_k.spec.cluster
+    finally:
+        heuristics.W8A8_GEMV_PREFER_CLUSTER = False
 
 
 def test_render_fills_the_template():
@@ -112,9 +146,9 @@ def test_builds_for_sm90(tmp_cache):
 
 @requires_nvcc
 @pytest.mark.nvcc
-@pytest.mark.parametrize("config", catalog_configs := [dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
-                                                       dict(warps=8, n_tiles=4, depth=2, min_ctas=2)],
-                         ids=lambda c: "w{warps}n{n_tiles}d{depth}c{min_ctas}".format(**c))
+@pytest.mark.parametrize("config", [dict(warps=8, n_tiles=2, depth=4, min_ctas=2), dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
+                                    heuristics.W8A8_GEMV_VARIANTS["narrow_cl8"]],
+                         ids=lambda c: "w{warps}n{n_tiles}d{depth}c{min_ctas}".format(**c) + ("_cl" if c.get("cluster") else ""))
 def test_ptxas_no_spills(config, tmp_path):
     """ptxas -v on the device code for sm_90a (asymmetric: the most registers): no spill, no stack,
     and the register cap of min_ctas CTAs per SM holds."""

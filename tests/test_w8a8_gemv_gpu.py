@@ -63,6 +63,13 @@ def _run(plan, x, choice=None, dump=False):
     return out, d
 
 
+def _skip_unless_target(variant=None, spec=None):
+    """Cluster variants (arch 90) need an sm90 GPU."""
+    arch = spec.arch if spec is not None else heuristics.W8A8_GEMV_VARIANTS[variant].get("arch", 80)
+    if arch >= 90 and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread block clusters need an sm90 GPU")
+
+
 def _check(m, n, k, block_size, scheme, out_dtype, x_dtype=torch.float16, activation="none", with_bias=False,
            variant=None, slice_blocks=None):
     """variant / slice_blocks: force the kernel variant and the K-blocks per CTA (else the heuristic's)."""
@@ -91,7 +98,8 @@ def _check(m, n, k, block_size, scheme, out_dtype, x_dtype=torch.float16, activa
 def test_every_variant_block_size_and_m(variant, scheme, block_size, m):
     """N at the smallest alignment with a tail tile (N = 4 mod 8, not a multiple of the CTA's columns),
     K of 5 blocks split over CTAs (blocks of 32: an odd count, a slice ends half-way through a
-    64-K chunk)."""
+    64-K chunk; cluster variants: 3 slices in a cluster of 8, so 5 CTAs add zeros)."""
+    _skip_unless_target(variant)
     _check(m, 260, block_size * 5, block_size, scheme, torch.float16, variant=variant, slice_blocks=2)
 
 
@@ -185,6 +193,41 @@ def test_cuda_graph_and_two_streams(scheme):
         assert torch.equal(o, expected[i % 2]), "deterministic split-K: bit-equal results"
 
 
+@pytest.mark.parametrize("variant", ["narrow_cl8", "wide_cl8"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_cluster_variants_graph_and_streams(variant, scheme):
+    """The cluster split-K kernels on a benchmark shape, in a CUDA graph and on two streams: one
+    kernel node per call, bit-equal results."""
+    _skip_unless_target(variant)
+    m = 1 if variant.startswith("narrow") else 16
+    plan = _check(m, 2112, 7168, 128, scheme, torch.float16, variant=variant)
+    x = randn(m, 7168, dtype=torch.float16)
+    choice = plan._gemv.choice(m, x.dtype, variant=variant)
+    eager, _ = _run(plan, x, choice)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    out = torch.empty_like(eager)
+    with torch.cuda.stream(stream):
+        plan._call_gemv(x, out, m, choice=choice)  # warm-up on the capture stream
+        with torch.cuda.graph(graph, stream=stream):
+            plan._call_gemv(x, out, m, choice=choice)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    xs = [randn(m, 7168, dtype=torch.float16) for _ in range(2)]
+    expected = [_run(plan, x, choice)[0] for x in xs]
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for _ in range(10):
+        for s, x in zip(streams, xs):
+            with torch.cuda.stream(s):
+                outs.append(plan._call_gemv(x, None, m, choice=choice))
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        assert torch.equal(o, expected[i % 2])
+
+
 def test_deterministic_across_calls():
     plan, _, _ = _plan(2112, 7168, 128, "asymmetric", torch.float32)
     x = randn(16, 7168, dtype=torch.float16)
@@ -211,6 +254,7 @@ def test_forced_launch_modes_skip_the_fused_kernel():
 @pytest.mark.parametrize("spec", catalog(90, "w8a8_gemv"), ids=lambda s: s.name)
 def test_catalog_kernels_load(spec):
     """Every catalog kernel runs one problem (forced by choice)."""
+    _skip_unless_target(spec=spec)
     plan, weight, bias = _plan(260, 512, 128, spec.scheme, DTYPES[spec.output])
     x = randn(3, 512, dtype=DTYPES[spec.input])
     choice = heuristics.W8A8GemvChoice(spec, 2)

@@ -233,6 +233,7 @@ inline float __int_as_float(int v) {
 }
 inline float __expf(float v) { return std::exp(v); }
 inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 // Warp shuffles and votes (the lanes exchange through the warp's scratch; all 32 lanes take part).
 template <class T>

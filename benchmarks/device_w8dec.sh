@@ -17,7 +17,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   timeout 240 python3 benchmarks/prebuild_w8dec.py -j 16 2>&1 | tail -3
 fi
 # SASS of the catalog variants (asymmetric FP16: the most registers).
-for fb in .qgemm-cache/sm90/qgemm_w8a8_gemv_sm80_f16_s8_f16_asym_*/*/kernel.fatbin; do
+for fb in .qgemm-cache/sm90/qgemm_w8a8_gemv_sm*_f16_s8_f16_asym_*/*/kernel.fatbin; do
   name=$(basename "$(dirname "$(dirname "$fb")")")
   cuobjdump -sass "$fb" > "$OUT/sass_$name.txt" 2>&1
   echo "$name: $(cuobjdump --dump-resource-usage "$fb" 2>&1 | grep -o 'REG:[0-9]*.*STACK:[0-9]*' | head -1)," \

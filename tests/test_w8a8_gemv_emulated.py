@@ -185,3 +185,11 @@ def test_plan_bounds():
     spec = W8A8GemvSpec("f16", "asymmetric", "f16")
     assert spec.max_slice_blocks_for(256) == 8 and spec.max_slice_blocks_for(32) == 16
     assert math.isclose(spec.smem_bytes, spec.slice_smem_bytes(16, 128))
+
+
+def test_many_splits(emulated):
+    """More K splits than one batch of the last CTA's reduction (8): 11 and 17 slices."""
+    launch = _check(emulated(SPECS[0]), 2, 20, 32 * 11, 32, slice_blocks=1)
+    assert launch.grid[1] == 11
+    launch = _check(emulated(SPECS[1]), 9, 20, 64 * 17, 64, slice_blocks=1, schedule=2)
+    assert launch.grid[1] == 17

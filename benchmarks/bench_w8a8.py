@@ -1,6 +1,7 @@
 """W8A8 per-K-block GEMM against its peers, in one run on the GPU.
 
     python benchmarks/bench_w8a8.py [--json out.json] [--quick] [--nk NxK ...] [--m M ...] [--sweep]
+    python benchmarks/bench_w8a8.py --decode [--decode-sweep]   (M <= 16: the fused decode kernel)
 
 Every time is GPU time per call under CUDA-graph replay with the layer's weights rotated through
 at least 4x the L2 size (benchmarks/timing.py bench_graph_rotating: a model's consecutive layers
@@ -215,6 +216,7 @@ def summary(rows: list[dict], ms) -> list[str]:
 # --- decode (M <= 16): the fused quantize + GEMV kernel against today's two-kernel path ---------
 DECODE_MS = [1, 4, 16]
 DECODE_CTAS_PER_SM = (1, 2, 4)
+DECODE_SWEEP_MS = (1, 16)  # the ends of the decode range (the variant boundary sits between them)
 
 
 def _vector_bytes(n: int, k: int, scheme: str) -> int:
@@ -253,7 +255,7 @@ def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
                 row["kernel"] = c.spec.name
                 row["slice_blocks"] = c.slice_blocks
                 row["fused_GBps"] = (n * k + _vector_bytes(n, k, scheme)) / (row["fused_us"] * 1e-6) / 1e9
-            if sweep:
+            if sweep and m in DECODE_SWEEP_MS:
                 row["sweep"] = {}
                 for variant, config in heuristics.W8A8_GEMV_VARIANTS.items():
                     # Cluster variants: their split is fixed (K in 8 slices); others over CTAs per SM.
@@ -316,7 +318,8 @@ def main():
     ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
     ap.add_argument("--decode", action="store_true",
                     help="decode table instead: the fused W8A8 GEMV kernel vs today's path vs fp16, M = 1, 4, 16")
-    ap.add_argument("--decode-sweep", action="store_true", help="with --decode: time every GEMV variant x CTAs/SM")
+    ap.add_argument("--decode-sweep", action="store_true",
+                    help="with --decode: time every GEMV variant x CTAs/SM at M = 1 and 16")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
@@ -328,9 +331,9 @@ def main():
         rows = []
         for n, k in shapes:
             rows += decode_shape(n, k, ms, bw, args.decode_sweep)
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
-                       "decode": rows}, f, indent=1)
+            with open(args.json, "w") as f:  # after every shape: a run cut short keeps what it measured
+                json.dump({"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9,
+                           "l2_bytes": l2_bytes(), "decode": rows}, f, indent=1)
         print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s; us per call, CUDA graphs, "
               f"weights rotated through >= 4x L2")
         print(DECODE_HEADER)

@@ -27,7 +27,7 @@ done
 timeout -s KILL ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu ${TESTS:-tests/test_w8a8_gemv_gpu.py} -q --durations=8 \
   -o faulthandler_timeout=60 --maxfail=${MAXFAIL:-12} ${PYTEST_K:+-k "$PYTEST_K"} -p no:cacheprovider > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; grep -E "FAIL|ERROR|Timeout|passed|failed" "$OUT/pytest.log" | tail -25; tail -n 3 "$OUT/pytest.log"
-timeout -s KILL ${BENCH_TIMEOUT:-200} python3 benchmarks/bench_w8a8.py --json "$OUT/bench_w8dec.json" \
+timeout -s KILL ${BENCH_TIMEOUT:-220} python3 benchmarks/bench_w8a8.py --json "$OUT/bench_w8dec.json" \
   ${BENCH_ARGS:---decode --decode-sweep} > "$OUT/bench_w8dec.log" 2>&1
 echo "bench rc=$?"; grep -A 200 "^device" "$OUT/bench_w8dec.log" | head -80 || tail -n 60 "$OUT/bench_w8dec.log"
 # One M = 1 call under ncu (the kernel only; -c 1: the warm-up call).

@@ -1,10 +1,14 @@
 """FpA x IntB conv2d (FP16 activations x INT4/INT8 filters) against cuDNN FP16 on ResNet-50's
 convolutions, in one run.
 
-    python benchmarks/bench_conv_fpaintb.py [--batch 1 --batch 64] [--quick] [--json out.json]
+    python benchmarks/bench_conv_fpaintb.py [--batch 1 --batch 64] [--quick] [--sweep] [--json out.json]
+
+The table is `qgemm bench conv_fpaintb` (qgemm/bench/conv_fpaintb.py), printed in this script's
+long-standing layout; the kernel sweep (--sweep) is a tuning tool and lives here only.
 
 Shapes: bench_conv.RESNET50 without conv1 (3 input channels: the kernels gather 8 channels at a
-time). Columns (microseconds per call, GPU time under CUDA-graph replay):
+time). Columns (microseconds per call, GPU time under CUDA-graph replay with each call's filter,
+input and output rotated through >= 4x L2):
   int4     qgemm FpAIntBConvPlan, INT4 filter with block-32 scale and offset, FP16 NHWC in and out,
            bias, ReLU (heuristics.fpaintb_conv_choice)
   int8     the same with an INT8 filter, one scale and offset per output channel
@@ -17,63 +21,34 @@ SM, and the fastest is printed: the data heuristics.fpaintb_conv_choice is to be
 from __future__ import annotations
 
 import argparse
-import json
 
-import torch
-import torch.nn.functional as F
-
-import qgemm
-from bench_conv import RESNET50
 from cutlass_gen.catalog import catalog
-from qgemm import heuristics
-from timing import copy_bandwidth, geomean, timed
-
-BATCHES = [1, 64]
-
-
-
-def label(choice) -> str:
-    tm, tn, _ = choice.spec.tile
-    return f"{tm}x{tn}" + (f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else "")
+from qgemm import bench, heuristics
+from qgemm.bench import report
+from qgemm.bench.conv_fpaintb import MS as BATCHES, SHAPES, kernel_label as label
+from qgemm.bench.timing import geomean, timed
 
 
 def run(shapes, batches, sweep: bool = False) -> dict:
-    torch.backends.cudnn.benchmark = True
-    bw = copy_bandwidth()
-    rows = []
-    for name, size, ci, co, k, stride, padding, count in shapes:
-        w = torch.randn(co, ci, k, k, device="cuda") * 0.05
-        bias = torch.randn(co, device="cuda", dtype=torch.float16)
-        plans = {bits: qgemm.FpAIntBConvPlan(qgemm.IntConvWeight.from_float(w, bits, block), bias=bias,
-                                             activation="relu", stride=stride, padding=padding)
-                 for bits, block in ((4, 32), (8, -1))}
-        w16 = w.half().to(memory_format=torch.channels_last)
-        for n in batches:
-            x = torch.randn(n, size, size, ci, device="cuda", dtype=torch.float16)
-            x_cl = x.permute(0, 3, 1, 2)  # channels_last NCHW view of the same memory
-            row = {"name": name, "n": n, "h": size, "ci": ci, "co": co, "k": k, "stride": stride, "count": count}
-            for bits, plan in plans.items():
-                row[f"int{bits}_us"] = timed(lambda: plan(x))
-                row[f"int{bits}_kernel"] = label(plan.choice(n, size, size))
-                if sweep:
-                    times = {}
-                    for spec in catalog(90, "fpaintb_conv"):
-                        if (spec.act, spec.bits) != ("f16", bits):
-                            continue
-                        for ctas in (0, heuristics.FPAINTB_STREAMK_CTAS_PER_SM):
-                            choice = heuristics.FpAIntBChoice(spec, ctas)
-                            times[label(choice)] = timed(lambda: plan(x, choice=choice))
-                    best = min(times, key=times.get)
-                    row[f"int{bits}_sweep"], row[f"int{bits}_best"] = times, (best, times[best])
-            row["cudnn_us"] = timed(lambda: F.relu(F.conv2d(x_cl, w16, bias, stride, padding)))
-            ho = (size + 2 * padding - k) // stride + 1
-            weight_bytes = co * ci * k * k // 2 + 2 * 2 * co * (ci // 32)
-            row["floor4_us"] = (weight_bytes + x.numel() * 2 + n * ho * ho * co * 2) / bw * 1e6
-            rows.append(row)
-            print(_fmt(row), flush=True)
-    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "rows": rows,
-            "summary": summary(rows)}
+    def sweep_row(row, plans, x):
+        """Every catalog kernel of each width, one CTA per tile and stream-K (L2-warm: the sweep ranks
+        kernels)."""
+        for bits, plan in plans.items():
+            times = {}
+            for spec in catalog(90, "fpaintb_conv"):
+                if (spec.act, spec.bits) != ("f16", bits):
+                    continue
+                for ctas in (0, heuristics.FPAINTB_STREAMK_CTAS_PER_SM):
+                    choice = heuristics.FpAIntBChoice(spec, ctas)
+                    times[label(choice)] = timed(lambda: plan(x, choice=choice))
+            best = min(times, key=times.get)
+            row[f"int{bits}_sweep"], row[f"int{bits}_best"] = times, (best, times[best])
 
+    result = bench.run("conv_fpaintb", shapes, batches, dtype="f16", hook=sweep_row if sweep else None,
+                       progress=lambda row: print(_fmt(row), flush=True))
+    for n, values in summary(result["rows"]).items():
+        result["summary"].setdefault(str(n), {}).update(values)
+    return result
 
 
 def summary(rows) -> dict:
@@ -101,14 +76,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="first three shapes only")
     ap.add_argument("--sweep", action="store_true", help="time every catalog kernel too")
     args = ap.parse_args()
-    shapes = [s for s in RESNET50 if s[2] % 8 == 0]
-    shapes = shapes[:3] if args.quick else shapes
+    shapes = SHAPES[:3] if args.quick else SHAPES
     print(HEADER)
     result = run(shapes, args.batch or BATCHES, args.sweep)
-    for n, s in result["summary"].items():
+    for n, s in summary(result["rows"]).items():
         print(f"batch {n:>3}: int4 vs cuDNN FP16 {s['int4_vs_cudnn']:.2f}x, int8 {s['int8_vs_cudnn']:.2f}x (geomeans)")
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+    report.write_json(result, args.json)
 
 
 if __name__ == "__main__":

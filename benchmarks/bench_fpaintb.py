@@ -3,8 +3,11 @@
     python benchmarks/bench_fpaintb.py [--sweep [sm90|sm80|all]] [--json out.json] [--quick]
                                        [--nk KxN ...] [--m M ...] [--no-bf16]
 
+The table is `qgemm bench fpaintb` (qgemm/bench/fpaintb.py) with the BF16 columns, printed in this
+script's long-standing layout; the kernel sweeps (--sweep) are tuning tools and live here only.
+
 Every time is GPU time per call (microseconds) under CUDA-graph replay with the layer's weights
-rotated through at least 4x the L2 size (benchmarks/timing.py bench_graph_rotating: a model's
+rotated through at least 4x the L2 size (qgemm/bench/timing.py bench_graph_rotating: a model's
 consecutive layers never find their weights in L2). Columns:
   int4      qgemm plan, INT4 weights, group 128, symmetric, FP16 activations (its own choice: on sm90
             the Sm90 kernel from heuristics.FPAINTB_SM90_MIN_M rows)
@@ -26,19 +29,17 @@ c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel, dequant+cu
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
-import qgemm
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import fpaintb_sm90_specs
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
-from qgemm import heuristics
-from timing import copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed_rotating
+from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from qgemm import bench, heuristics
+from qgemm.bench import report
+from qgemm.bench.fpaintb import MS, SHAPES as SHAPES_KN, label
+from qgemm.bench.timing import geomean, timed_rotating
 
-SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]
-MS = [1, 16, 32, 64, 128, 256, 1024, 4096]
 SM90_SPLITS = (0, 2, 4)  # stream-K kernels: CUTLASS's heuristic decomposition, then split-K slices
 
 
@@ -90,36 +91,7 @@ def sm90_sweep_choices(bits: int) -> list:
     return choices
 
 
-def label(choice) -> str:
-    spec = choice.spec
-    if isinstance(spec, FpAIntBSm90Spec):
-        tm, tn = spec.tile
-        pp = "pp" if spec.schedule == "pingpong" else ""
-        sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
-        return f"s90{tm}x{tn}{pp}{sk}"
-    if isinstance(spec, FpAIntBDequantSpec):
-        return "dequant+cuBLAS"
-    if isinstance(spec, FpAIntBGemmSpec):
-        tm, tn, tk = spec.tile
-        streamk = f"c{choice.ctas_per_sm:g}" if choice.ctas_per_sm else ""
-        return f"g{tm}x{tn}x{tk}s{spec.stages}{streamk}"
-    occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
-    extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
-    return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
-
-
-def tinygemm(x_bf16, n, k, group=128):
-    """torch's int4 tinygemm with random codes (its speed does not depend on the values)."""
-    w_u8 = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
-    packed = torch._convert_weight_to_int4pack(w_u8, 8)
-    scale_zeros = torch.rand(k // group, n, 2, device="cuda", dtype=torch.bfloat16)
-    return lambda: torch._weight_int4pack_mm(x_bf16, packed, group, scale_zeros)
-
-
-
 def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> dict:
-    torch.manual_seed(0)
-    bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
     unbuilt = set()
@@ -136,65 +108,34 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> 
         except Exception as e:  # time what did build; the table says which failed
             unbuilt = {s.name for s in specs if find_artifact(s, target) is None}
             print(f"  ({len(unbuilt)} sweep kernels failed to build, skipped: {str(e).splitlines()[0][:200]})")
-    rows = []
-    for k, n in shapes:
-        copies = rotation_count(n * k // 2)       # int4 weights (the int8 ones are twice as large: fewer
-        copies8 = rotation_count(n * k)           # copies reach 4x L2 as well)
-        copies16 = rotation_count(2 * n * k)      # FP16 weights
-        ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02 for _ in range(copies16)]
-        w4 = [qgemm.IntBWeight.from_float(ws[i % copies16], 4, 128) for i in range(copies)]
-        plans = {4: [qgemm.FpAIntBPlan(w) for w in w4],
-                 8: [qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(ws[i % copies16], 8, -1)) for i in range(copies8)]}
-        plans_sm80 = [qgemm.FpAIntBPlan(w, sm90=False) for w in w4] if on_sm90 else []
-        plans_bf16 = [qgemm.FpAIntBPlan(w, act_dtype=torch.bfloat16) for w in w4] if bf16 else []
-        wb = [w.to(torch.bfloat16) for w in ws] if bf16 else []
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            row = {"m": m, "n": n, "k": k, "copies": copies}
-            for bits, ps in plans.items():
-                row[f"int{bits}_us"] = timed_rotating([lambda p=p: p(x) for p in ps])
-                row[f"int{bits}_kernel"] = label(ps[0].choice(m))
-                if sweep and bits in sweep_bits:
-                    sweep_times = {}
-                    choices = []
-                    if sweep in ("sm80", "all"):
-                        choices += sweep_choices(bits, m, n, k, sm_count)
-                    if sweep in ("sm90", "all") and on_sm90:
-                        choices += sm90_sweep_choices(bits)
-                    for choice in [c for c in choices if c.spec.name not in unbuilt]:
-                        sweep_times[label(choice)] = timed_rotating([lambda p=p, c=choice: p(x, choice=c) for p in ps])
-                    timed_ok = {key: v for key, v in sweep_times.items() if v == v}
-                    best = min(timed_ok, key=lambda key: timed_ok[key]) if timed_ok else "none"
-                    row[f"int{bits}_sweep"] = sweep_times
-                    row[f"int{bits}_best"] = (best, timed_ok.get(best, float("nan")))
-            if plans_sm80:
-                row["int4_sm80_us"] = timed_rotating([lambda p=p: p(x) for p in plans_sm80])
-                row["int4_sm80_kernel"] = label(plans_sm80[0].choice(m))
-            row["cublas_us"] = timed_rotating([lambda v=v: torch.matmul(x, v.t()) for v in ws])
-            xb = x.to(torch.bfloat16)
-            if bf16:
-                row["bf16_us"] = timed_rotating([lambda p=p: p(xb) for p in plans_bf16])
-                row["bf16_kernel"] = label(plans_bf16[0].choice(m))
-                row["cublas_bf16_us"] = timed_rotating([lambda v=v: torch.matmul(xb, v.t()) for v in wb])
-            row["tinygemm_us"] = timed_rotating([tinygemm(xb, n, k) for _ in range(copies)])
-            weight_bytes = n * k // 2 + (k // 128) * n * 2
-            row["floor4_us"] = (weight_bytes + m * k * 2 + m * n * 2) / bw * 1e6
-            rows.append(row)
-            print(_fmt(row), flush=True)
-        del ws, w4, plans, plans_sm80, plans_bf16, wb
-        torch.cuda.empty_cache()
-    return {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_MiB": l2_bytes() >> 20,
-            "rows": rows, "host_overhead_us_per_call": host_overhead_us(), "summary": summary(rows)}
 
+    def sweep_row(row, plans, x):
+        """Every kernel configuration of the sweep, forced by choice= on the row's plans and input."""
+        m, n, k = row["m"], row["n"], row["k"]
+        for bits, ps in plans.items():
+            if bits not in sweep_bits:
+                continue
+            choices = []
+            if sweep in ("sm80", "all"):
+                choices += sweep_choices(bits, m, n, k, sm_count)
+            if sweep in ("sm90", "all") and on_sm90:
+                choices += sm90_sweep_choices(bits)
+            sweep_times = {}
+            for choice in [c for c in choices if c.spec.name not in unbuilt]:
+                sweep_times[label(choice)] = timed_rotating([lambda p=p, c=choice: p(x, choice=c) for p in ps])
+            timed_ok = {key: v for key, v in sweep_times.items() if v == v}
+            best = min(timed_ok, key=lambda key: timed_ok[key]) if timed_ok else "none"
+            row[f"int{bits}_sweep"] = sweep_times
+            row[f"int{bits}_best"] = (best, timed_ok.get(best, float("nan")))
 
-def host_overhead_us() -> float:
-    """Host time of one warm plan call at M = 1 with out= given (checks, Params, launch)."""
-    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    plan = qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(w, 4, 128))
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
-    out = torch.empty(1, 4096, device="cuda", dtype=torch.float16)
-    return host_us(lambda: plan(x, out))
-
+    result = bench.run("fpaintb", shapes, ms, dtype="f16", bf16_columns=bf16, hook=sweep_row if sweep else None,
+                       progress=lambda row: print(_fmt(row), flush=True))
+    legacy = summary(result["rows"])
+    for m, values in legacy.items():
+        result["summary"].setdefault(str(m), {}).update(values)
+    result.update(l2_MiB=result["l2_bytes"] >> 20,
+                  host_overhead_us_per_call=result["extras"].get("host_overhead_us_per_call", float("nan")))
+    return result
 
 
 def summary(rows) -> dict:
@@ -245,15 +186,14 @@ def main():
     print(HEADER)
     result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
                  tuple(args.sweep_bits or (4, 8)))
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+    report.write_json(result, args.json)
     print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
           f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us; "
           f"host overhead {result['host_overhead_us_per_call']:.1f} us per plan call")
     print(HEADER)
     for r in result["rows"]:
         print(_fmt(r))
-    for m, s in result["summary"].items():
+    for m, s in summary(result["rows"]).items():
         print(f"M={m:>5}: int4 vs cuBLAS {s['int4_vs_cublas']:.2f}x (Sm80 path {s['int4_sm80_vs_cublas']:.2f}x), "
               f"vs tinygemm {s['int4_vs_tinygemm']:.2f}x, int4/floor {s['int4_over_floor']:.2f}x, "
               f"int8 vs cuBLAS {s['int8_vs_cublas']:.2f}x, BF16 int4 vs cuBLAS BF16 {s['bf16_vs_cublas_bf16']:.2f}x "

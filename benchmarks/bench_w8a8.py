@@ -3,8 +3,12 @@
     python benchmarks/bench_w8a8.py [--json out.json] [--quick] [--nk NxK ...] [--m M ...] [--sweep]
     python benchmarks/bench_w8a8.py --decode [--decode-sweep]   (M <= 16: the fused decode kernel)
 
+The table is `qgemm bench w8a8` (qgemm/bench/w8a8.py) with the L2-warm columns, printed in this
+script's long-standing layout; the sweeps (--sweep, --sweep-promote: every catalog kernel forced by
+choice=, the data the heuristics are set from) are tuning tools and live here only.
+
 Every time is GPU time per call under CUDA-graph replay with the layer's weights rotated through
-at least 4x the L2 size (benchmarks/timing.py bench_graph_rotating: a model's consecutive layers
+at least 4x the L2 size (qgemm/bench/timing.py bench_graph_rotating: a model's consecutive layers
 never find their weights in L2); `warm` columns repeat one copy (L2-warm). Microseconds.
 Columns:
   sym        qgemm, symmetric block-INT8 (block 128), GEMM alone on pre-quantized activations
@@ -25,83 +29,16 @@ against block 128 at the largest M (asymmetric), and the host time of one warm p
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import torch
 
 import qgemm
-from qgemm import heuristics
-from timing import (bench_graph, copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed,
-                    timed_rotating)
-from triton_block_int8 import block_int8_gemm
+from qgemm import bench, heuristics
+from qgemm.bench import report
+from qgemm.bench.timing import geomean, rotation_count, timed_rotating
+from qgemm.bench.w8a8 import MS, SHAPES as SHAPES_NK
 
-SHAPES_NK = [(4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (2112, 7168), (7168, 2048)]
-MS = [1, 16, 128, 4096]
-CHAINED_MAX_M = 128
-
-
-def host_overhead_us() -> float:
-    """Host time of one warm plan.gemm call (symmetric, decode-sized)."""
-    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(torch.randn(256, 256, device="cuda"), 128,
-                                                          scheme="symmetric"))
-    xq = qgemm.quantize_activations(torch.randn(1, 256, device="cuda"), 128, symmetric=True)
-    return host_us(lambda: plan.gemm(xq))
-
-
-def _weights(w: torch.Tensor, copies: int, make):
-    return [make(w) for _ in range(copies)]
-
-
-def run_shape(n: int, k: int, ms, bw: float, block32: bool) -> list[dict]:
-    torch.manual_seed(0)
-    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
-    copies = rotation_count(n * k)          # int8 weights
-    copies16 = rotation_count(2 * n * k)    # FP16 weights
-    sym = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128, scheme="symmetric"))
-    asym = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128))
-    sym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in sym]
-    asym_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in asym]
-    chained = qgemm.W8A8GemmPlan(asym[0], out_dtype=torch.float16, launch_mode="chained")
-    promote_plans = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16, launch_mode="promote") for x in sym]
-    w16 = [w.half() for _ in range(copies16)]
-    wq_t = [s.qweight.t() for s in sym]  # [K, N] column-major views, as _int_mm wants
-    rows = []
-    for m in ms:
-        x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.2
-        xs = qgemm.quantize_activations(x, 128, symmetric=True)
-        xa = qgemm.quantize_activations(x, 128)
-        row = {"m": m, "n": n, "k": k, "copies": copies}
-        row["sym_us"] = timed_rotating([lambda p=p: p.gemm(xs) for p in sym_plans])
-        row["sym_warm_us"] = timed(lambda: sym_plans[0].gemm(xs))
-        row["sym_quant_us"] = timed_rotating([lambda p=p: p(x) for p in sym_plans])
-        row["asym_us"] = timed_rotating([lambda p=p: p.gemm(xa) for p in asym_plans])
-        row["asym_quant_us"] = timed_rotating([lambda p=p: p(x) for p in asym_plans])
-        row["kernel_sym"] = sym_plans[0].kernel_spec(m).name
-        row["promote_us"] = timed_rotating([lambda p=p: p.gemm(xs) for p in promote_plans])
-        row["kernel_promote"] = promote_plans[0].kernel_spec(m).name
-        row["chained_us"] = timed(lambda: chained.gemm(xa)) if m <= CHAINED_MAX_M else math.nan
-        row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
-        row["fp16_warm_us"] = timed(lambda: x @ w16[0].t())
-        try:
-            row["int_mm_us"] = timed_rotating([lambda v=v: torch._int_mm(xs.q, v) for v in wq_t])
-        except RuntimeError:
-            row["int_mm_us"] = math.nan  # _int_mm rejects M <= 16
-        row["triton_us"] = timed_rotating([lambda s=s: block_int8_gemm(xs.q, xs.scale, s.qweight, s.scale)
-                                           for s in sym])
-        row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
-        row["sym_tops"] = 2 * m * n * k / (row["sym_us"] * 1e-6) / 1e12
-        if block32 and m == max(ms):
-            a32 = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 32))
-            plans32 = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in a32]
-            x32 = qgemm.quantize_activations(x, 32)
-            row["asym_b32_us"] = timed_rotating([lambda p=p: p.gemm(x32) for p in plans32])
-            del a32, plans32
-        rows.append(row)
-        print(_fmt(row), flush=True)
-    del sym, asym, sym_plans, asym_plans, chained, promote_plans, w16, wq_t
-    torch.cuda.empty_cache()
-    return rows
 
 
 def sweep_shape(n: int, k: int, ms) -> list[dict]:
@@ -213,99 +150,6 @@ def summary(rows: list[dict], ms) -> list[str]:
     return lines
 
 
-# --- decode (M <= 16): the fused quantize + GEMV kernel against today's two-kernel path ---------
-DECODE_MS = [1, 4, 16]
-DECODE_CTAS_PER_SM = (1, 2, 4)
-DECODE_SWEEP_MS = (1, 16)  # the ends of the decode range (the variant boundary sits between them)
-
-
-def _vector_bytes(n: int, k: int, scheme: str) -> int:
-    """The weight's per-block vectors the kernel reads besides the int8 weight (block 128)."""
-    blocks = k // 128
-    return 3 * 4 * n * blocks if scheme == "asymmetric" else 4 * -(-n // 128) * blocks
-
-
-def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
-    """Per scheme: `fused` = plan(x) with launch_mode "auto" (M <= heuristics.W8A8_GEMV_MAX_M runs
-    the fused W8A8GemvSpec kernel), `today` = plan(x) with launch_mode "sm90" (act_quant, then the
-    swapped Sm90 GEMM), cuBLAS FP16, and two floors: the issue's (int8 x + int8 weight + FP16 out)
-    and the same plus the weight's per-block vectors (asymmetric: sw, ow, v = 12 bytes per column
-    and block, ~9% of the weight at block 128). With `sweep`, every variant x CTAs per SM."""
-    torch.manual_seed(0)
-    w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
-    copies = rotation_count(n * k)
-    copies16 = rotation_count(2 * n * k)
-    w16 = [w.half() for _ in range(copies16)]
-    rows = []
-    for scheme in ("symmetric", "asymmetric"):
-        weights = _weights(w, copies, lambda w: qgemm.W8A8Weight.from_float(w, 128, scheme=scheme))
-        fused = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16) for x in weights]
-        today = [qgemm.W8A8GemmPlan(x, out_dtype=torch.float16, launch_mode="sm90") for x in weights]
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.2
-            row = {"scheme": scheme, "m": m, "n": n, "k": k, "copies": copies}
-            row["fused_us"] = timed_rotating([lambda p=p: p(x) for p in fused])
-            row["fused_warm_us"] = timed(lambda: fused[0](x))
-            row["today_us"] = timed_rotating([lambda p=p: p(x) for p in today])
-            row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
-            row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
-            row["floor_vec_us"] = row["floor_us"] + _vector_bytes(n, k, scheme) / bw * 1e6
-            if fused[0]._gemv is not None and m <= heuristics.W8A8_GEMV_MAX_M:
-                c = fused[0]._gemv.choice(m, x.dtype)
-                row["kernel"] = c.spec.name
-                row["slice_blocks"] = c.slice_blocks
-                row["fused_GBps"] = (n * k + _vector_bytes(n, k, scheme)) / (row["fused_us"] * 1e-6) / 1e9
-            if sweep and m in DECODE_SWEEP_MS:
-                row["sweep"] = {}
-                for variant, config in heuristics.W8A8_GEMV_VARIANTS.items():
-                    # Cluster variants: their split is fixed (K in 8 slices); others over CTAs per SM.
-                    for cps in ((DECODE_CTAS_PER_SM[0],) if config.get("cluster") else DECODE_CTAS_PER_SM):
-                        try:
-                            c = fused[0]._gemv.choice(m, x.dtype, variant=variant, ctas_per_sm=cps)
-                        except ValueError:
-                            continue  # a cluster variant where K does not fit 8 slices, or not sm90
-                        t = timed_rotating([lambda p=p, c=c: p._call_gemv(x, None, m, choice=c) for p in fused])
-                        row["sweep"][variant if config.get("cluster") else f"{variant}/cps{cps}"] = t
-            rows.append(row)
-            print(_fmt_decode(row), flush=True)
-        del weights, fused, today
-        torch.cuda.empty_cache()
-    del w16
-    torch.cuda.empty_cache()
-    return rows
-
-
-DECODE_HEADER = (f"{'scheme':>10} {'M':>3} {'N':>6} {'K':>6} | {'fused':>7} {'today':>7} {'fp16':>7} {'floor':>7} "
-                 f"{'floor+v':>7} | {'fu/fp16':>7} {'td/fp16':>7} {'fu/flr':>6} {'fu/flr+v':>8} {'GB/s':>6} | kernel")
-
-
-def _fmt_decode(r: dict) -> str:
-    line = (f"{r['scheme']:>10} {r['m']:>3} {r['n']:>6} {r['k']:>6} | {r['fused_us']:>7.1f} {r['today_us']:>7.1f} "
-            f"{r['fp16_us']:>7.1f} {r['floor_us']:>7.1f} {r['floor_vec_us']:>7.1f} | "
-            f"{_ratio(r['fp16_us'], r['fused_us']):>6.2f}x {_ratio(r['fp16_us'], r['today_us']):>6.2f}x "
-            f"{_ratio(r['fused_us'], r['floor_us']):>6.2f} {_ratio(r['fused_us'], r['floor_vec_us']):>8.2f} "
-            f"{r.get('fused_GBps', math.nan):>6.0f} | {r.get('kernel', '-')} sb={r.get('slice_blocks', '-')}")
-    if "sweep" in r:
-        best = min(r["sweep"], key=lambda key: r["sweep"][key] if not math.isnan(r["sweep"][key]) else math.inf)
-        line += "\n      sweep: " + " ".join(f"{key}={t:.1f}" for key, t in r["sweep"].items()) + f"  best {best}"
-    return line
-
-
-def decode_summary(rows: list[dict], ms) -> list[str]:
-    lines = ["decode geomeans over the shapes (fused = the fused kernel through plan(x); targets: >= 1.7x fp16, "
-             "<= 1.2x floor):"]
-    for scheme in ("symmetric", "asymmetric"):
-        for m in ms:
-            rs = [r for r in rows if r["m"] == m and r["scheme"] == scheme]
-            if rs:
-                lines.append(
-                    f"  {scheme:>10} M={m:>2}: fused vs fp16 {geomean(_ratio(r['fp16_us'], r['fused_us']) for r in rs):.2f}x, "
-                    f"today vs fp16 {geomean(_ratio(r['fp16_us'], r['today_us']) for r in rs):.2f}x, "
-                    f"fused/floor {geomean(_ratio(r['fused_us'], r['floor_us']) for r in rs):.2f}, "
-                    f"fused/(floor+vectors) {geomean(_ratio(r['fused_us'], r['floor_vec_us']) for r in rs):.2f}")
-    return lines
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench_w8a8.json")
@@ -324,40 +168,24 @@ def main():
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
     ms = args.m or MS
-    bw = copy_bandwidth()
-    if args.decode:
-        ms = args.m or DECODE_MS
-        print(DECODE_HEADER)
-        rows = []
-        for n, k in shapes:
-            rows += decode_shape(n, k, ms, bw, args.decode_sweep)
-            with open(args.json, "w") as f:  # after every shape: a run cut short keeps what it measured
-                json.dump({"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9,
-                           "l2_bytes": l2_bytes(), "decode": rows}, f, indent=1)
-        print(f"device {torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s; us per call, CUDA graphs, "
-              f"weights rotated through >= 4x L2")
-        print(DECODE_HEADER)
-        for r in rows:
-            print(_fmt_decode(r))
-        print("\n".join(decode_summary(rows, ms)))
-        return
-    overhead = host_overhead_us()
+    if args.decode:  # the fused W8A8 decode kernel's table (benchmarks/bench_w8a8_decode.py)
+        from bench_w8a8_decode import run_decode
+        return run_decode(args, shapes)
     print(HEADER)
-    rows, sweep = [], []
-    if not args.no_table:
-        for n, k in shapes:
-            rows += run_shape(n, k, ms, bw, block32=True)
+    result = bench.run("w8a8", [] if args.no_table else shapes, ms, dtype="f16", warm=True,
+                       progress=lambda row: print(_fmt(row), flush=True))
+    rows, sweep = result["rows"], []
     if args.sweep:
         for n, k in shapes:
             sweep += sweep_shape(n, k, args.sweep_m or ms)
     if args.sweep_promote:
         for n, k in shapes:
             sweep += sweep_promote_shape(n, k, args.sweep_m or ms)
-    result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9, "l2_bytes": l2_bytes(),
-              "host_overhead_us_per_gemm_call": overhead, "rows": rows, "sweep": sweep}
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"device {result['device']}, copy bandwidth {bw / 1e9:.0f} GB/s, L2 {l2_bytes() >> 20} MiB, "
+    overhead = result["extras"].get("host_overhead_us_per_gemm_call", math.nan)
+    result.update(host_overhead_us_per_gemm_call=overhead, sweep=sweep)
+    report.write_json(result, args.json)
+    bw = result["copy_bandwidth_GBps"]
+    print(f"device {result['device']}, copy bandwidth {bw:.0f} GB/s, L2 {result['l2_bytes'] >> 20} MiB, "
           f"host overhead {overhead:.1f} us per warm plan.gemm call")
     print("times in us per call, weights rotated through >= 4x L2 (warm: L2-warm sym); ratios > 1: qgemm faster")
     if rows:

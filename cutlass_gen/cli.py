@@ -1,10 +1,11 @@
-"""`qgemm` command line: render, list, check and build the kernel catalog; inspect the cache.
+"""`qgemm` command line: render, list, check and build the kernel catalog; inspect the cache; `qgemm bench`
+times a family on this GPU against its peers (qgemm/bench/).
 
 Exit codes, the same for every command:
   0    done (for `list`/`cache list`: something was listed, or the cache is simply empty);
   1    failed: a build or toolchain error, templates missing, an unsafe cache, `check` found
        differences, or a selection (--family/--kernels/--sm) that matches nothing;
-  2    usage error (argparse);
+  2    usage error (argparse; also a malformed `bench --shapes`/`--m`);
   130  interrupted (Ctrl-C); 143 terminated (SIGTERM). Either way no half-built artifact is left.
 Messages go to stderr through `logging` (logger "qgemm"); results (names, paths) go to stdout.
 """
@@ -214,6 +215,50 @@ def cmd_cache(args) -> int:
     return EXIT_OK
 
 
+# `qgemm bench` families (qgemm.bench.FAMILIES, repeated here so that building the parser does not
+# import torch; tests/test_bench_cpu.py checks the two agree).
+BENCH_FAMILIES = ("w8a8", "fpaintb", "fp8", "conv", "conv_fpaintb")
+
+
+def cmd_bench(args) -> int:
+    """Time a family on this GPU against its peers: the table on stdout, JSON and PNG into --out."""
+    import torch
+
+    from qgemm import bench
+
+    try:
+        shapes = bench.parse_shapes(args.family, args.shapes) if args.shapes else None
+        ms = bench.parse_ms(args.m) if args.m else None
+    except ValueError as e:
+        logger.error("qgemm bench: %s", e)
+        return EXIT_USAGE
+    if not torch.cuda.is_available():
+        logger.error("qgemm bench: no CUDA GPU: benchmarks time kernels on the current GPU, and torch %s sees "
+                     "none (CUDA build: %s). Run it on a GPU machine.", torch.__version__, torch.version.cuda or "no")
+        return EXIT_FAILURE
+    if not args.no_plot:
+        try:
+            import matplotlib  # noqa: F401  -- say so before minutes of timing, not after
+        except ImportError:
+            logger.error("qgemm bench: the plot needs matplotlib: pip install \"qgemm[plot]\", or pass --no-plot")
+            return EXIT_FAILURE
+    out = Path(args.out)
+    head = bench.preview(args.family, args.dtype, args.warm)
+    print(bench.report.format_header(head), flush=True)
+
+    def progress(row):
+        print(bench.report.format_row(head, row), flush=True)
+
+    result = bench.run(args.family, shapes, ms, dtype=args.dtype, warm=args.warm, progress=progress)
+    print(bench.report.table(result))
+    written = [bench.report.write_json(result, out / f"bench_{args.family}.json")]
+    if not args.no_plot:
+        written.append(bench.report.write_plot(result, out / f"bench_{args.family}.png"))
+    for path in written:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="qgemm", description="Generate and build qgemm's CUTLASS kernels, and manage their cache.",
@@ -255,6 +300,22 @@ def parser() -> argparse.ArgumentParser:
         if name == "clean":
             sp.add_argument("--damaged", action="store_true", help="only builds that fail their digest check")
     cache.set_defaults(func=cmd_cache)
+
+    bn = sub.add_parser("bench", help="time a kernel family on this GPU against its peers (table, JSON, PNG)",
+                        description="Time FAMILY on the current GPU against its peers (cuBLAS, cuBLASLt, "
+                        "torch._int_mm, tinygemm, cuDNN, the bandwidth floor) under CUDA graphs, with the weights "
+                        "rotated through >= 4x the L2 size; print the table, write bench_FAMILY.json and "
+                        "bench_FAMILY.png (speedup against the FP16/BF16 peer versus M) into --out.")
+    bn.add_argument("family", choices=BENCH_FAMILIES)
+    bn.add_argument("--shapes", metavar="SHAPES", help="';'-separated shapes: 'N,K;N,K' for GEMMs; for conv "
+                    "families ResNet-50 layer names or 'size,ci,co,k,stride,padding' (default: the family's set)")
+    bn.add_argument("--m", metavar="M,...", help="comma-separated M values (batch sizes for conv families)")
+    bn.add_argument("--dtype", choices=("f16", "bf16"), help="activations and the cuBLAS/cuDNN peer "
+                    "(default f16; bf16 for fp8)")
+    bn.add_argument("--out", default=".", help="folder for bench_FAMILY.json/.png (default: the current one)")
+    bn.add_argument("--no-plot", action="store_true", help="skip the PNG (needs no matplotlib)")
+    bn.add_argument("--warm", action="store_true", help="also report the L2-warm times (one weight copy)")
+    bn.set_defaults(func=cmd_bench)
     return p
 
 

@@ -30,6 +30,7 @@ from .quantize import (
 )
 from .checkpoint import CheckpointError, load_quantized
 from .prebuild import prebuild
+from . import tp  # tensor parallelism under torch.distributed (qgemm/tp.py)
 
 __all__ = [
     "ConvInt8Plan",
@@ -71,5 +72,6 @@ __all__ = [
     "calibrate_convs",
     "load_quantized",
     "quantize_",
+    "tp",
 ]
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ unquantized layers) are loaded into the model with load_state_dict.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import torch
 from torch import nn
 
 from . import safetensors_io
+from . import tp as _tp
 from .nn import Fp8Linear, QuantLinear, W8A8Linear
 from .nn.linear import check_fp8_shape
 
@@ -285,7 +287,8 @@ class LoadReport:
     unexpected_keys: list[str] = field(default_factory=list)
 
 
-def load_quantized(model_or_path, path=None, *, device=None, strict: bool = False):
+def load_quantized(model_or_path, path=None, *, device=None, strict: bool = False, process_group=None,
+                   tp_plan=None):
     """Build qgemm modules from a quantized checkpoint folder (module docstring).
 
     load_quantized(path) -> {layer name: module}. load_quantized(model, path) replaces each quantized
@@ -293,6 +296,9 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
     tensors into the model, and returns the model; `model.qgemm_load_report` says what was replaced
     and which keys were missing or unexpected (strict=True raises on either). device: where the
     modules' buffers go (default: the tensors stay on the CPU; the model's own device otherwise).
+    process_group (tensor parallelism, qgemm/tp.py): each layer tp_plan matches (default
+    qgemm.tp.DEFAULT_TP_PLAN) becomes this rank's shard of the checkpoint's quantized tensors, the
+    matching unquantized nn.Linear layers are sliced after loading; the rest is replicated.
     """
     model = None
     if isinstance(model_or_path, nn.Module):
@@ -315,8 +321,12 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
         on_meta = device is not None and device.type == "meta"
         if on_meta:
             device = None  # a model built on the meta device takes the checkpoint's tensors as they are
-    layers = {name: build_layer(name, fmt.scheme_for(name), tensors, used, device)
-              for name in _layer_names(tensors, fmt)}
+    layers = {}
+    # Shard on load, one parent module at a time (an MLP's shards are planned together, qgemm/tp.py):
+    # the full layers are dropped once their shards are cut. The names are sorted: siblings are adjacent.
+    for _, names in itertools.groupby(_layer_names(tensors, fmt), key=lambda n: n.rpartition(".")[0]):
+        built = {name: build_layer(name, fmt.scheme_for(name), tensors, used, device) for name in names}
+        layers.update(built if process_group is None else _tp.shard_layers(built, process_group, tp_plan))
     if model is None:
         return layers
 
@@ -326,13 +336,14 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
             old = model.get_submodule(name)
         except AttributeError:
             raise CheckpointError(f"the checkpoint quantizes layer {name!r}, which the model does not have") from None
-        if not isinstance(old, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear)) or \
+        if not isinstance(old, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear, *_tp.PARALLEL_MODULES)) or \
                 (old.in_features, old.out_features) != (module.in_features, module.out_features):
             raise CheckpointError(f"layer {name!r}: the checkpoint holds a {module.in_features} -> "
                                   f"{module.out_features} linear layer, the model has {old}")
-        if (old.bias is not None) != (module.bias is not None):
+        has_bias = getattr(module, "has_bias", module.bias is not None)  # a TP row shard: rank 0 holds it
+        if (old.bias is not None) != has_bias:
             raise CheckpointError(f"layer {name!r}: bias={old.bias is not None} in the model, "
-                                  f"{module.bias is not None} in the checkpoint")
+                                  f"{has_bias} in the checkpoint")
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
         report.replaced.append(name)
@@ -346,5 +357,8 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
                               f"{report.unexpected_keys}")
     for key in report.missing_keys:
         log.warning("load_quantized: %s is not in the checkpoint", key)
+    if process_group is not None:
+        with torch.no_grad():
+            _tp.parallelize(model, process_group, tp_plan)  # the matching layers left as nn.Linear
     model.qgemm_load_report = report
     return model

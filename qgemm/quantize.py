@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from . import tp as _tp
 from .nn import Fp8Linear, IntWeightConv2d, QuantConv2d, QuantLinear, QuantModule, W8A8Linear
 from .nn.conv import check_conv, check_int_weight_conv
 from .nn.linear import check_fp8_shape, check_fpaintb_shape, check_w8a8_shape
@@ -168,9 +169,15 @@ def _needs_name(config) -> bool:
     return isinstance(config, Int8ConvConfig)
 
 
-def quantize_(model: nn.Module, config, filter_fn=None) -> QuantizeReport:
+def quantize_(model: nn.Module, config, filter_fn=None, *, process_group=None, tp_plan=None) -> QuantizeReport:
     """Replace, in place, every layer of `model` of the config's type (nn.Linear or nn.Conv2d) that
-    filter_fn(module, name) accepts (default: all) with its qgemm module (module docstring)."""
+    filter_fn(module, name) accepts (default: all) with its qgemm module (module docstring).
+
+    process_group (tensor parallelism, qgemm/tp.py): each layer that tp_plan ({regex: "column" |
+    "row"}, default qgemm.tp.DEFAULT_TP_PLAN: Llama's q/k/v/gate/up column, o/down row) matches is
+    quantized whole, then cut into this rank's shard of its quantized tensors (so every rank computes
+    with the TP=1 model's weights); matching layers left unquantized are sliced too. Pass a
+    ProcessGroup (dist.group.WORLD for the default one), or (rank, world_size) to shard offline."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, CONFIGS):
@@ -201,6 +208,9 @@ def quantize_(model: nn.Module, config, filter_fn=None) -> QuantizeReport:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         report.replaced.append(name)
+    if process_group is not None:
+        with torch.no_grad():  # every layer whole first: an MLP's shards are planned together (qgemm/tp.py)
+            _tp.parallelize(model, process_group, tp_plan)
     log.info("quantize_ %s: %d layers replaced, %d skipped", type(config).__name__, len(report.replaced),
              len(report.skipped))
     return report

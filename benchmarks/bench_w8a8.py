@@ -1,6 +1,7 @@
 """W8A8 per-K-block GEMM against its peers, in one run on the GPU.
 
     python benchmarks/bench_w8a8.py [--json out.json] [--quick] [--nk NxK ...] [--m M ...] [--sweep]
+    python benchmarks/bench_w8a8.py --decode [--decode-sweep]   (M <= 16: the fused decode kernel)
 
 The table is `qgemm bench w8a8` (qgemm/bench/w8a8.py) with the L2-warm columns, printed in this
 script's long-standing layout; the sweeps (--sweep, --sweep-promote: every catalog kernel forced by
@@ -159,10 +160,17 @@ def main():
     ap.add_argument("--sweep-m", action="append", type=int, help="sweep only these M (default: the benchmark's)")
     ap.add_argument("--sweep-promote", action="store_true", help="also time every promote (Sm80) catalog kernel per M")
     ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
+    ap.add_argument("--decode", action="store_true",
+                    help="decode table instead: the fused W8A8 GEMV kernel vs today's path vs fp16, M = 1, 4, 16")
+    ap.add_argument("--decode-sweep", action="store_true",
+                    help="with --decode: time every GEMV variant x CTAs/SM at M = 1 and 16")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes
     ms = args.m or MS
+    if args.decode:  # the fused W8A8 decode kernel's table (benchmarks/bench_w8a8_decode.py)
+        from bench_w8a8_decode import run_decode
+        return run_decode(args, shapes)
     print(HEADER)
     result = bench.run("w8a8", [] if args.no_table else shapes, ms, dtype="f16", warm=True,
                        progress=lambda row: print(_fmt(row), flush=True))

@@ -353,3 +353,26 @@ def catalog(target_sm: int, family: str | None = None) -> list[KernelSpec]:
         raise ValueError(f"family must be one of {families()}, got {family!r}")
     names = [family] if family else families()
     return [spec for f in names for spec in _FAMILY_CATALOGS[f](target_sm)]
+
+
+# W8A8 decode (M <= 16) fused with the activation quantization (W8A8GemvSpec), sm80 and later: the
+# variants qgemm.heuristics.W8A8_GEMV_VARIANTS names, both schemes, FP16 -> FP16 and BF16 -> BF16.
+# Other input/output pairs are built on first use.
+# sm90 adds the cluster split-K variants (8 CTAs, reduction through distributed shared memory).
+W8A8_GEMV_CONFIGS = (dict(warps=8, n_tiles=2, depth=4, min_ctas=2), dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
+                     dict(warps=4, n_tiles=4, depth=3, min_ctas=3))
+W8A8_GEMV_SM90_CONFIGS = (
+    dict(warps=8, n_tiles=2, depth=4, min_ctas=2, cluster=8, arch=90, max_slice_k=4096, max_slice_blocks=32),
+    dict(warps=8, n_tiles=4, depth=2, min_ctas=2, cluster=8, arch=90, max_slice_k=4096, max_slice_blocks=32))
+
+
+def _w8a8_gemv(target_sm: int) -> list[KernelSpec]:
+    from .specs import W8A8GemvSpec
+    if target_sm < 80:
+        return []
+    configs = W8A8_GEMV_CONFIGS + (W8A8_GEMV_SM90_CONFIGS if target_sm >= 90 else ())
+    return [W8A8GemvSpec(dtype, scheme, dtype, **config) for scheme in W8A8GemvSpec.SCHEMES
+            for dtype in ("f16", "bf16") for config in configs]
+
+
+_FAMILY_CATALOGS["w8a8_gemv"] = _w8a8_gemv

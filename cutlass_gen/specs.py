@@ -999,3 +999,98 @@ def spec_from_dict(d: dict) -> KernelSpec:
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
     return FAMILIES[family](**d)
+
+
+@dataclass(frozen=True)
+class W8A8GemvSpec(KernelSpec):
+    """W8A8 decode kernel (M <= 16) fused with the activation quantization (templates/w8a8_gemv.cu.j2):
+    each CTA quantizes the x rows of its K slice into shared memory (act_quant's arithmetic, bit for
+    bit), streams its weight columns with 16-byte loads `depth` - 1 chunks of 64 K ahead, multiplies
+    with mma.sync m16n8k32 s8 and promotes each K-block's int32 product into FP32 registers; split-K
+    over CTAs with a deterministic last-CTA reduction. `warps` x `n_tiles` n8 tiles of columns per
+    CTA; `input` is x's dtype. Block size (32..256), activation and the K slice are run-time values;
+    a CTA's K slice holds at most `max_slice_k` K and `max_slice_blocks` blocks (shared memory)."""
+
+    family: ClassVar[str] = "w8a8_gemv"
+    template: ClassVar[str] = "w8a8_gemv.cu.j2"
+    INPUTS: ClassVar[tuple] = ("f32", "f16", "bf16")
+    OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
+    SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
+    DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
+    BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
+    MAX_M: ClassVar[int] = 16
+
+    input: str
+    scheme: str
+    output: str
+    warps: int = 8
+    n_tiles: int = 2
+    depth: int = 3
+    max_slice_k: int = 2048
+    max_slice_blocks: int = 16
+    min_ctas: int = 1
+    cluster: int = 0
+    arch: int = 80
+
+    def __post_init__(self):
+        if (self.cluster > 0) != (self.arch == 90):
+            raise ValueError(f"cluster > 0 (split-K in a thread block cluster) needs arch 90, and arch 90 a cluster; "
+                             f"got cluster={self.cluster!r}, arch={self.arch!r}")
+        for what, value, allowed in (("min_ctas", self.min_ctas, (1, 2, 3, 4)), ("input", self.input, self.INPUTS),
+                                     ("cluster", self.cluster, (0, 2, 4, 8)), ("scheme", self.scheme, self.SCHEMES),
+                                     ("output", self.output, self.OUTPUTS), ("warps", self.warps, (2, 4, 8)),
+                                     ("n_tiles", self.n_tiles, (1, 2, 4)), ("depth", self.depth, (2, 3, 4, 5)),
+                                     ("max_slice_k", self.max_slice_k, (1024, 2048, 4096)),
+                                     ("max_slice_blocks", self.max_slice_blocks, (8, 16, 32)),
+                                     ("arch", self.arch, (80, 90))):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed} for {self.family}, got {value!r}")
+        if self.smem_bytes > 227 * 1024:
+            raise ValueError(f"{self.name} needs {self.smem_bytes} bytes of shared memory at its largest slice, more "
+                             f"than the 227 KB an sm90 CTA may have")
+
+    @property
+    def tile_n(self) -> int:
+        return 8 * self.n_tiles * self.warps
+
+    @property
+    def input_ctype(self) -> str:
+        return CTYPES[self.input]
+
+    @property
+    def output_ctype(self) -> str:
+        return CTYPES[self.output]
+
+    @property
+    def output_device_type(self) -> str:
+        return self.DEVICE_TYPES[self.output]
+
+    def max_slice_blocks_for(self, block_size: int) -> int:
+        """K-blocks one CTA can hold for this block size."""
+        return min(self.max_slice_blocks, self.max_slice_k // block_size)
+
+    def slice_smem_bytes(self, slice_blocks: int, block_size: int) -> int:
+        """Dynamic shared memory of a CTA with this slice (the template's Smem::of)."""
+        vecs = 3 if self.scheme == "asymmetric" else 1
+        row_stride = -(-slice_blocks * block_size // 64) * 64 + 64
+        col_floats = 3 * self.tile_n if self.scheme == "asymmetric" else self.tile_n // 4
+        total = 16 * row_stride + slice_blocks * vecs * 16 * 4 + slice_blocks * col_floats * 4
+        return max(total, 16 * self.tile_n * 4) if self.cluster else total
+
+    @property
+    def smem_bytes(self) -> int:
+        """The most any slice takes (over the block sizes)."""
+        return max(self.slice_smem_bytes(self.max_slice_blocks_for(bs), bs) for bs in self.BLOCK_SIZES)
+
+    def supports_block_size(self, block_size: int) -> bool:
+        return block_size in self.BLOCK_SIZES
+
+    @property
+    def name(self) -> str:
+        scheme = "asym" if self.scheme == "asymmetric" else "sym"
+        return (f"qgemm_w8a8_gemv_sm{self.arch}_{self.input}_s8_{self.output}_{scheme}"
+                f"_w{self.warps}n{self.n_tiles}d{self.depth}c{self.min_ctas}_k{self.max_slice_k}b{self.max_slice_blocks}"
+                + (f"_cl{self.cluster}" if self.cluster else ""))
+
+
+FAMILIES[W8A8GemvSpec.family] = W8A8GemvSpec

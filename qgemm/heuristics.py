@@ -606,3 +606,99 @@ def _conv_tile(m: int, out_channels: int, sm_count: int, fitting: list):
     if large:
         return max(large, key=lambda s: s.tile[0] * s.tile[1])
     return max(lean, key=ctas)
+
+
+# --- W8A8 decode: the fused quantize + GEMV kernel (W8A8GemvSpec) -------------------------------
+#
+# Provisional (not yet measured; benchmarks/device_w8dec.sh times every variant on the device, and
+# these values are to be set from it):
+#   * plans built with launch_mode "auto" on sm80+ run it for M <= W8A8_GEMV_MAX_M (the kernel
+#     holds at most 16 rows: one m16 MMA tile);
+#   * M <= W8A8_GEMV_NARROW_MAX_M: the "narrow" variant (128 columns per CTA, 3 chunks of loads
+#     ahead); above, "wide" (256 columns: each CTA quantizes x for twice as many weight bytes, which
+#     halves the quantization's share at 16 rows);
+#   * K split so that about W8A8_GEMV_CTAS_PER_SM CTAs per SM run (column tiles x splits), and never
+#     more K per CTA than its shared memory holds.
+W8A8_GEMV_NARROW_MAX_M = 8
+W8A8_GEMV_CTAS_PER_SM = 2
+#   * on sm90 the "_cl8" variants split K inside a cluster of 8 CTAs and reduce through distributed
+#     shared memory: no partial buffer, no counters to zero (one graph node per call instead of a
+#     memset and the kernel), but at most 8 splits, so K / 8 must fit one CTA's shared memory.
+#     W8A8_GEMV_PREFER_CLUSTER (off until measured) makes the heuristic take them where they fit.
+W8A8_GEMV_MAX_M = 16
+W8A8_GEMV_VARIANTS = {
+    "narrow": dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
+    "wide": dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
+    "deep": dict(warps=4, n_tiles=4, depth=3, min_ctas=3),
+    "narrow_cl8": dict(warps=8, n_tiles=2, depth=4, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                       max_slice_blocks=32),
+    "wide_cl8": dict(warps=8, n_tiles=4, depth=2, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                     max_slice_blocks=32),
+}
+W8A8_GEMV_PREFER_CLUSTER = False
+
+
+@dataclass(frozen=True)
+class W8A8GemvChoice:
+    """A W8A8 decode kernel and its K slice (QgemmProblem ext[2]: K-blocks per CTA)."""
+
+    spec: "W8A8GemvSpec"
+    slice_blocks: int
+
+    def __post_init__(self):
+        from cutlass_gen.specs import W8A8GemvSpec
+        if not isinstance(self.spec, W8A8GemvSpec):
+            raise TypeError(f"spec must be a W8A8GemvSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.slice_blocks, int) or self.slice_blocks < 1:
+            raise ValueError(f"slice_blocks must be an int >= 1, got {self.slice_blocks!r}")
+
+
+def w8a8_gemv_applies(m: int, target_sm: int) -> bool:
+    return target_sm >= 80 and 1 <= m <= W8A8_GEMV_MAX_M
+
+
+def w8a8_gemv_slice_blocks(spec, n: int, k: int, block_size: int, sm_count: int,
+                           ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM) -> int:
+    """K-blocks per CTA: enough K splits for about ctas_per_sm CTAs per SM, within the CTA's shared
+    memory, with no empty split."""
+    blocks = k // block_size
+    most = spec.max_slice_blocks_for(block_size)
+    tiles = -(-n // spec.tile_n)
+    wanted = -(-round(ctas_per_sm * sm_count) // tiles)
+    splits = max(-(-blocks // most), min(blocks, wanted))
+    return -(-blocks // splits)
+
+
+def w8a8_gemv_cluster_slice_blocks(spec, k: int, block_size: int) -> int | None:
+    """K-blocks per CTA of a cluster variant (the K in spec.cluster slices), None where a slice would
+    not fit the CTA's shared memory."""
+    slice_blocks = -(-(k // block_size) // spec.cluster)
+    return slice_blocks if slice_blocks <= spec.max_slice_blocks_for(block_size) else None
+
+
+def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme: str, output: str, sm_count: int,
+                     variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM,
+                     target_sm: int = 80) -> W8A8GemvChoice:
+    """The decode kernel for M rows and its K slice. `variant` (a W8A8_GEMV_VARIANTS key) forces one;
+    a cluster variant raises ValueError where K does not fit its 8 slices or the target is below sm90."""
+    from cutlass_gen.specs import W8A8GemvSpec
+    chosen = variant
+    if variant is None:
+        variant = "narrow" if m <= W8A8_GEMV_NARROW_MAX_M else "wide"
+    if variant not in W8A8_GEMV_VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(W8A8_GEMV_VARIANTS)}, got {variant!r}")
+    if chosen is None and W8A8_GEMV_PREFER_CLUSTER and target_sm >= 90:
+        spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant + "_cl8"])
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is not None:
+            return W8A8GemvChoice(spec, slice_blocks)
+    spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
+    if spec.cluster:
+        if target_sm < 90:
+            raise ValueError(f"variant {variant!r} needs an sm90 GPU (thread block clusters), target is sm{target_sm}")
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is None:
+            raise ValueError(f"variant {variant!r}: K={k} in {spec.cluster} slices does not fit a CTA's shared memory "
+                             f"(at most {spec.max_slice_blocks_for(block_size)} blocks of {block_size})")
+        return W8A8GemvChoice(spec, slice_blocks)
+    return W8A8GemvChoice(spec, w8a8_gemv_slice_blocks(spec, n, k, block_size, sm_count, ctas_per_sm))

@@ -30,6 +30,7 @@ from cutlass_gen.specs import ActQuantSpec
 from . import _checks, heuristics, reference
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
+from .w8a8_gemv import W8A8GemvLauncher
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -286,6 +287,7 @@ class W8A8GemmPlan:
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")
         _checks.one_of("launch_mode", launch_mode, LAUNCH_MODES)
         self.target_sm = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
+        decode_fused = launch_mode == "auto" and self.target_sm >= 80  # M <= 16: the fused decode kernel
         if launch_mode == "auto":
             sm90_fits = self.target_sm >= 90 and n % _sm90_row_elements(out_dtype) == 0
             launch_mode = "sm90" if sm90_fits else "promote"
@@ -314,6 +316,7 @@ class W8A8GemmPlan:
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
         self._call = CallBuffers()
         self._problem = self._fixed_problem()
+        self._gemv = W8A8GemvLauncher(self) if decode_fused and W8A8GemvLauncher.fits(self) else None
         self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M (Sm90)
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
         self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)
@@ -369,6 +372,8 @@ class W8A8GemmPlan:
         if m == 0 or x.shape[1] != self._k:
             raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
         _checks.index_limit("x.shape[0] (M)", m)
+        if self._gemv is not None and m <= heuristics.W8A8_GEMV_MAX_M:
+            return self._call_gemv(x, out, m)
         if self.launch_mode != "sm90":
             return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)
         if out is not None and not self._valid_out(out, m):
@@ -381,6 +386,14 @@ class W8A8GemmPlan:
         offsets = (None, None) if self.scheme == "symmetric" else (base + step, base + 2 * step)
         self._launch_sm90(q.data_ptr(), base, *offsets, out, m, None)
         return out
+
+    def _call_gemv(self, x: torch.Tensor, out: torch.Tensor | None, m: int, **kwargs) -> torch.Tensor:
+        """The fused quantize + decode kernel (qgemm/w8a8_gemv.py); kwargs: its choice= and dump=."""
+        if out is None:
+            out = torch.empty((m, self._n), dtype=self.out_dtype, device=self.device)
+        elif not self._valid_out(out, m):
+            self._check_out(out, m)
+        return self._gemv(x, out, m, **kwargs)
 
     def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized by quantize_activations (with the

@@ -190,14 +190,14 @@ inline bool run_block(uint3 block, int threads) {
   return true;
 }
 
-// Launches a grid of grid.x * grid.y * grid.z blocks, one after another (x fastest); 0 or 1
+// Launches a grid of grid.x * grid.y * grid.z blocks (one after another, x fastest); 0 or 1
 // (state().error says why).
 inline int launch(uint3 grid, int threads, size_t smem_bytes, std::function<void(char*)> kernel) {
-  unsigned const blocks = grid.x * grid.y * grid.z;
   State& s = state();
   s.error.clear();
   std::vector<char> smem(smem_bytes + 256);
   char* base = smem.data() + (256 - reinterpret_cast<uintptr_t>(smem.data()) % 256);
+  unsigned const blocks = grid.x * grid.y * grid.z;
   for (unsigned b = 0; b < blocks && s.error.empty(); ++b) {
     // Stale bytes, as a reused multiprocessor leaves them: nothing may read shared memory unwritten.
     for (size_t i = 0; i < smem_bytes; ++i) base[i] = char(0xA5 ^ (i * 7 + b));
@@ -233,3 +233,36 @@ inline float __int_as_float(int v) {
 }
 inline float __expf(float v) { return std::exp(v); }
 inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+// Warp shuffles and votes (the lanes exchange through the warp's scratch; all 32 lanes take part).
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  static_assert(sizeof(T) == 4, "32-bit shuffles");
+  emu::WarpScratch& w = emu::warp();
+  int const lane = threadIdx.x % 32;
+  std::memcpy(&w.a[lane][0], &v, 4);
+  emu::sync_warp();
+  T r;
+  std::memcpy(&r, &w.a[lane ^ lane_mask][0], 4);
+  emu::sync_warp();
+  return r;
+}
+inline bool __all_sync(unsigned, bool v) {
+  emu::WarpScratch& w = emu::warp();
+  int const lane = threadIdx.x % 32;
+  w.a[lane][0] = v;
+  emu::sync_warp();
+  bool all = true;
+  for (int l = 0; l < 32; ++l) all = all && w.a[l][0];
+  emu::sync_warp();
+  return all;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::sync_warp(); }
+template <class T>
+inline T __ldcs(T const* p) { return *p; }
+// Host float arithmetic is IEEE round-to-nearest (SSE, no contraction at -O1 without -mfma).
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }

@@ -18,8 +18,6 @@
 #include "../../cuda_emu.h"
 
 template <typename T>
-inline T __ldcs(T const* p) { return *p; }
-template <typename T>
 inline T __ldg(T const* p) { return *p; }
 
 namespace qgemm {

@@ -6,7 +6,7 @@
 #   bash benchmarks/device_nn.sh          env: PYTEST_K (-k expression), MAXFAIL, TEST_TIMEOUT, ONLY_NN=1
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=$PWD/.qgemm-cache
+export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 for f in ${FAMILIES:-fpaintb_gemv fpaintb_gemm fpaintb_dequant fpaintb_conv conv2d_int8 conv2d_int8_sm90 fp8_act_quant fp8_blockwise_gemm act_quant w8a8_gemm w8a8_gemm_sm90}; do

@@ -36,6 +36,7 @@ bandwidth, per M and configuration.
 from __future__ import annotations
 
 import argparse
+import json
 
 import torch
 
@@ -288,7 +289,8 @@ def main():
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
     if args.decode:
         result = run_decode(shapes[:1] if args.quick else shapes, args.m or [1, 4, 16], not args.no_bf16)
-        report.write_json(result, args.json)
+        with open(args.json, "w") as f:  # not a qgemm.bench table: plain JSON
+            json.dump(result, f, indent=1, default=str)
         print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
               f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us (CUDA graphs)")
         for m, entry in result["summary"].items():

@@ -309,31 +309,42 @@ def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
 
 # The decode variant of the small-M kernel (FpAIntBGemvSpec stream=True: weights as the MMA's A
 # operand, a predicate-free K loop; issue 16) for M <= FPAINTB_STREAM_MAX_M on sm80 and later, in place
-# of both the B-operand small-M kernel and the 16-row tiled GEMM. Not measured yet: the SASS has
-# 45-56 instructions per 16 bytes of INT4 codes in the K loop (group 128 / per channel, with and
-# without zeros) where the B-operand kernel has ~150, so the choice follows from the ncu finding
-# that the old kernel was issue-bound (issue 16). The CTA shapes keep enough code bytes in flight per SM
-# (Little's law: ~25-32 KB at ~1 us latency): 16 columns a CTA with 16 warps an SM (registers capped
-# at 128), and per warp two blocks of INT4 codes in flight or one of INT8 (twice the bytes), 2 KB;
-# 16-token CTAs (M 9-16) hold twice the activations: one block, 12 warps an SM.
-# benchmarks/bench_fpaintb.py --decode times these against the catalog's alternatives and the old path.
-# Split-K: FPAINTB_STREAM_CTAS_PER_SM > 0 lets the kernel split each output tile's K over up to 8 CTAs
-# so that the grid fills its last wave (the CTAs that fit at once: at most this many per SM); 0 turns
-# it off. A grid of 16-column tiles is 1344 CTAs for N = 21504, 5.1 waves of 264: without splitting,
-# the last ~15% of the time would run a tenth of the CTAs.
-FPAINTB_STREAM_MAX_M = 16
-FPAINTB_STREAM_CTAS_PER_SM = 8
+# of the B-operand small-M kernel. Its K loop has 45-56 SASS instructions per 16 bytes of INT4 codes
+# (group 128 / per channel, with and without zeros) where the B-operand kernel has ~150 (that kernel
+# was issue-bound, issue 16). Measured on an H100 (bench_fpaintb.py --decode, six shapes, rotated
+# weights, CUDA graphs; 2026-11-25), INT4 g128 FP16 at M = 1, in us:
+#                 (K, N):  14336x21504  4096x12288  4096x22016  11008x4096  8192x28672  28672x8192
+#   old path                     74.4        18.4        30.6        15.3        60.9        61.9
+#   16 columns a CTA             65.7        14.2        25.0        12.0        50.4        46.7
+#   32 columns a CTA             59.4        12.2        20.8        17.8        48.9        50.8
+#   16 columns, split-K          78.7        14.2        24.9        11.9        50.4        46.7
+#   tinygemm / cuBLAS FP16  78.4/221.1   15.9/40.1   26.3/69.2   15.1/35.8  60.9/160.7  62.9/164.1
+# So INT4 takes 32-column CTAs from N = FPAINTB_STREAM_WIDE_MIN_N (384 CTAs and more: enough to fill
+# 132 SMs several times; below that the wider CTA leaves SMs idle), and no split-K (never faster by
+# more than 1%, 20% slower on 14336x21504, where the partial sums add traffic to a grid that was
+# already full). INT8 per channel keeps 16 columns (20.6 us on 4096x12288 against 22.2; 97% of the
+# INT8 floor on the largest shape). At M = 16 the 16-token CTAs lost to the 16-row tiled GEMM on
+# five shapes of six (e.g. 127.6 against 75.7 us on 14336x21504: twice the activation registers
+# halve the occupancy), so the decode variant stops at 8 rows and M 9-16 keep the tiled GEMM.
+# Split-K stays in the kernel (FPAINTB_STREAM_CTAS_PER_SM > 0 turns it on) for grids smaller than
+# these shapes.
+FPAINTB_STREAM_MAX_M = 8
+FPAINTB_STREAM_CTAS_PER_SM = 0
+FPAINTB_STREAM_WIDE_MIN_N = 12288
 FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
     4: (dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
         dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
     8: (dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
         dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
 }
+FPAINTB_STREAM_WIDE = dict(n_tiles=4, warps_k=4, rows8=True)  # INT4, M <= 8, N >= FPAINTB_STREAM_WIDE_MIN_N
 
 
-def fpaintb_stream_choice(m: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
+def fpaintb_stream_choice(m: int, n: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
     """The decode variant's configuration for M <= FPAINTB_STREAM_MAX_M rows (FPAINTB_STREAM)."""
     config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
+    if bits == 4 and m <= 8 and n >= FPAINTB_STREAM_WIDE_MIN_N:
+        config = FPAINTB_STREAM_WIDE
     return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM)
 
 
@@ -341,7 +352,7 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
     if m >= FPAINTB_DEQUANT_MIN_M:
         return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
     if arch >= 80 and m <= FPAINTB_STREAM_MAX_M:
-        return fpaintb_stream_choice(m, bits, act, arch)
+        return fpaintb_stream_choice(m, n, bits, act, arch)
     if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
         return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
     return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)

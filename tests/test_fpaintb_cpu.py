@@ -194,7 +194,12 @@ def test_heuristic_tiles():
     """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
     decode = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
     assert (decode.stream, decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, True, 2, 8, 16)
-    assert heuristics.fpaintb_choice(16, 4096, 11008, 8, "bf16", 80, 132).spec.rows8 is False
+    # measured (heuristics.FPAINTB_STREAM_*): 32-column CTAs for INT4 from N = 12288, and the tiled
+    # GEMM from 9 rows
+    wide = heuristics.fpaintb_choice(1, 21504, 14336, 4, "f16", 80, 132)
+    assert (wide.spec.stream, wide.spec.n_tiles, wide.ctas_per_sm) == (True, 4, 0)
+    assert heuristics.fpaintb_choice(1, 21504, 14336, 8, "f16", 80, 132).spec.n_tiles == 2
+    assert isinstance(heuristics.fpaintb_choice(16, 4096, 11008, 8, "bf16", 80, 132).spec, FpAIntBGemmSpec)
     # Turing keeps the B-operand small-M kernel up to 8 rows
     sm75 = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 75, 132).spec
     assert (sm75.stream, sm75.n_tiles, sm75.warps_k) == (False, 2, 8)

@@ -15,6 +15,7 @@ import torch
 
 import qgemm
 from qgemm import heuristics
+from qgemm.w8a8_gemv import gemv_applies
 from qgemm.bench.timing import copy_bandwidth, geomean, l2_bytes, rotation_count, timed, timed_rotating
 
 DECODE_MS = [1, 4, 16]
@@ -63,7 +64,7 @@ def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
             row["fp16_us"] = timed_rotating([lambda v=v: x @ v.t() for v in w16])
             row["floor_us"] = (m * k + n * k + 2 * m * n) / bw * 1e6
             row["floor_vec_us"] = row["floor_us"] + _vector_bytes(n, k, scheme) / bw * 1e6
-            if fused[0]._gemv is not None and m <= heuristics.W8A8_GEMV_MAX_M:
+            if gemv_applies(fused[0], m):
                 c = fused[0]._gemv.choice(m, x.dtype)
                 row["kernel"] = c.spec.name
                 row["slice_blocks"] = c.slice_blocks

@@ -664,7 +664,30 @@ class W8A8GemvChoice:
             raise ValueError(f"slice_blocks must be an int >= 1, got {self.slice_blocks!r}")
 
 
-def w8a8_gemv_applies(m: int, target_sm: int) -> bool:
+# Measured on an H100 (device_w8dec.sh, 2026-11-25; six shapes, rotated weights, CUDA graphs; us,
+# symmetric, "today" = act_quant + the Sm90 swap-AB WGMMA kernel):
+#             (N, K):  4096x4096  12288x4096  8192x28672  28672x8192  2112x7168  7168x2048
+#   M = 1   fused          12.1        30.2        97.7        98.3       12.1       11.7
+#           today          17.0        24.9        90.0        84.8       18.8       14.3
+#   M = 4   fused          12.8        34.7       113.3       111.9       13.0       12.5
+#           today          16.4        25.1        91.1        85.6       18.9       14.9
+#   M = 16  fused          21.5        35.7       144.6       139.5       25.4       18.0
+#           today          16.8        24.0        91.3        86.2       20.8       14.5
+# (asymmetric alike). The fused kernel saves the second launch and the activation round trip, which
+# is what small layers pay for, but streams the weight more slowly than the WGMMA kernel (ncu at
+# M = 1 on 2112x7168: DRAM 34% busy, 22% achieved occupancy at 116 registers, no eligible warp 78% of
+# cycles: too few loads in flight); with 16 rows it also quantizes x once per column tile. So on sm90
+# it takes M <= W8A8_GEMV_SM90_MAX_M rows of weights up to W8A8_GEMV_SM90_MAX_WEIGHT elements (the
+# three small shapes, 15-17 M elements, won by 1.2-1.6x; the large ones, 50-235 M, lost). Below sm90
+# the other path is act_quant + the 2.x promote kernel, not measured against it: M <= W8A8_GEMV_MAX_M.
+W8A8_GEMV_SM90_MAX_M = 4
+W8A8_GEMV_SM90_MAX_WEIGHT = 32 << 20
+
+
+def w8a8_gemv_applies(m: int, target_sm: int, n: int = 0, k: int = 0) -> bool:
+    """Whether plan(x) with M rows runs the fused decode kernel (an [N, K] weight; 0: size unknown)."""
+    if target_sm >= 90:
+        return 1 <= m <= W8A8_GEMV_SM90_MAX_M and n * k <= W8A8_GEMV_SM90_MAX_WEIGHT
     return target_sm >= 80 and 1 <= m <= W8A8_GEMV_MAX_M
 
 

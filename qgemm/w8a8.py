@@ -372,7 +372,7 @@ class W8A8GemmPlan:
         if m == 0 or x.shape[1] != self._k:
             raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
         _checks.index_limit("x.shape[0] (M)", m)
-        if self._gemv is not None and m <= heuristics.W8A8_GEMV_MAX_M:
+        if self._gemv is not None and heuristics.w8a8_gemv_applies(m, self.target_sm, self._n, self._k):
             return self._call_gemv(x, out, m)
         if self.launch_mode != "sm90":
             return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)

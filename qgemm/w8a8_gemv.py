@@ -115,4 +115,4 @@ class W8A8GemvLauncher:
 
 def gemv_applies(plan, m: int) -> bool:
     """Whether a plan call of M rows runs the fused decode kernel."""
-    return plan._gemv is not None and heuristics.w8a8_gemv_applies(m, plan.target_sm)
+    return plan._gemv is not None and heuristics.w8a8_gemv_applies(m, plan.target_sm, plan._n, plan._k)

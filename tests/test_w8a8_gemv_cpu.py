@@ -107,6 +107,12 @@ def test_heuristic_routes_decode_by_data():
     assert heuristics.w8a8_gemv_applies(1, 90) and heuristics.w8a8_gemv_applies(heuristics.W8A8_GEMV_MAX_M, 80)
     assert not heuristics.w8a8_gemv_applies(heuristics.W8A8_GEMV_MAX_M + 1, 90)
     assert not heuristics.w8a8_gemv_applies(1, 75)
+    # sm90, measured (heuristics.W8A8_GEMV_SM90_*): small weights at M <= 4; large ones and M > 4 keep
+    # act_quant + the WGMMA kernel
+    assert heuristics.w8a8_gemv_applies(1, 90, 2112, 7168) and heuristics.w8a8_gemv_applies(4, 90, 4096, 4096)
+    assert not heuristics.w8a8_gemv_applies(1, 90, 12288, 4096)
+    assert not heuristics.w8a8_gemv_applies(5, 90, 4096, 4096)
+    assert heuristics.w8a8_gemv_applies(16, 80, 28672, 8192)
     assert heuristics.W8A8_GEMV_MAX_M <= W8A8GemvSpec.MAX_M
 
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import qgemm
 from cutlass_gen.catalog import catalog
 from cutlass_gen.specs import ConvInt8Sm90Spec
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm.conv.quant import ConvInt8Quant
 from timing import copy_bandwidth, geomean, host_us, timed
 
 # (name, input size, in channels, out channels, kernel, stride, padding, occurrences)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import qgemm
 from bench_conv import RESNET50
 from cutlass_gen.catalog import catalog
-from qgemm import heuristics
+from qgemm.conv import heuristics
 from timing import copy_bandwidth, geomean, timed
 
 BATCHES = [1, 64]

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import qgemm
 from cutlass_gen.catalog import catalog
 from cutlass_gen.specs import Fp8BlockwiseGemmSpec
-from qgemm import heuristics
+from qgemm.fp8 import heuristics
 from timing import bench, bench_graph, copy_bandwidth, host_us
 
 SHAPES_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]

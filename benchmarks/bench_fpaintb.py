@@ -34,7 +34,7 @@ import qgemm
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import fpaintb_sm90_specs
 from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
-from qgemm import heuristics
+from qgemm.fpaintb import heuristics
 from timing import copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed_rotating
 
 SHAPES_KN = [(14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096), (8192, 28672), (28672, 8192)]

@@ -30,7 +30,7 @@ import math
 import torch
 
 import qgemm
-from qgemm import heuristics
+from qgemm.w8a8 import heuristics
 from timing import (bench_graph, copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed,
                     timed_rotating)
 from triton_block_int8 import block_int8_gemm

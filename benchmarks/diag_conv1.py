@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm.conv.quant import ConvInt8Quant
 from timing import timed
 
 

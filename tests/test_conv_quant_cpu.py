@@ -12,8 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qgemm import conv_quant, reference
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm import reference
+from qgemm.conv import quant as conv_quant
+from qgemm.conv.quant import ConvInt8Quant
 
 
 def accumulate(x_q, w_q, stride, padding, dilation):

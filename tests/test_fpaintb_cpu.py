@@ -11,10 +11,11 @@ from cutlass_gen.catalog import catalog
 from cutlass_gen.fpaintb_layout import LAYOUTS, layout
 from cutlass_gen.render import render
 from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
-from qgemm import _checks, heuristics, wq_format
-from qgemm import fpaintb as fpaintb_mod
+from qgemm import _checks, wq_format
+from qgemm.fpaintb import heuristics
+from qgemm.fpaintb import plan as fpaintb_mod
 from qgemm._abi import HostLibrary, QgemmProblem
-from qgemm.fpaintb_pack import pack, unpack
+from qgemm.fpaintb.pack import pack, unpack
 
 from conftest import requires_nvcc
 

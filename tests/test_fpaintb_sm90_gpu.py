@@ -27,7 +27,8 @@ import torch
 import qgemm
 from cutlass_gen.catalog import catalog
 from cutlass_gen.specs import FpAIntBSm90Spec
-from qgemm import heuristics, wq_format
+from qgemm import wq_format
+from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
 from gpu_util import poison_allocator, randn, rel_err
@@ -217,7 +218,7 @@ def test_cuda_graph_and_two_streams(scheduler):
 
 @pytest.mark.parametrize("bits", (4, 8))
 def test_sm90_packing_on_the_gpu_matches_the_cpu(bits):
-    from qgemm.fpaintb_pack import pack_sm90, unpack_sm90
+    from qgemm.fpaintb.pack import pack_sm90, unpack_sm90
     g = torch.Generator().manual_seed(bits)
     u = torch.randint(0, 2 ** bits, (1024, 520), generator=g, dtype=torch.uint8)
     on_gpu = pack_sm90(u.cuda(), bits)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import qgemm
-import qgemm.w8a8 as w8a8_mod
-from qgemm import QuantizedActivations, W8A8GemmPlan, W8A8Weight, _checks, _driver, heuristics, reference
+import qgemm.w8a8.plan as w8a8_mod
+from qgemm import QuantizedActivations, W8A8GemmPlan, W8A8Weight, _checks, _driver, reference
+from qgemm.w8a8 import heuristics
 from qgemm._runtime import target_sm_for
 
 

@@ -15,7 +15,9 @@ from torch import nn
 
 from cutlass_gen.fpaintb_layout import layout as fpaintb_layout
 
-from .. import _checks, fpaintb_pack, reference, wq_format
+from .. import _checks, reference
+from ..fpaintb import pack as fpaintb_pack
+from ..fpaintb import wq_format
 from ..fp8 import FP8_DTYPES, GROUP as FP8_GROUP, N_ALIGNMENT as FP8_N_ALIGNMENT, Fp8GemmPlan, Fp8Weight
 from ..fpaintb import ACT_DTYPES, ACTIVATIONS, GROUP_SIZES, FpAIntBPlan, IntBWeight
 from ..w8a8 import BLOCK_SIZES as W8A8_BLOCK_SIZES

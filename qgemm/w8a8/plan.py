@@ -20,16 +20,17 @@ sm80/sm75 (and on sm90 where the Sm90 kernels cannot store the output's rows) th
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
 from cutlass_gen.specs import ActQuantSpec
 
-from . import _checks, heuristics, reference
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
+from .. import _checks, reference
+from .._abi import QgemmProblem
+from .._runtime import cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
+from ..plan import Plan
+from . import heuristics
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -171,13 +172,11 @@ def _check_shape_nk(name: str, n: int, k: int, block_size: int):
     _checks.index_limit(f"{name}.shape[1] (K)", k)
 
 
-class _ActQuantLauncher:
+class _ActQuantLauncher(Plan):
     """The activation-quantization kernels (one per input dtype and scheme, loaded on demand)."""
 
     def __init__(self):
-        self._call = CallBuffers()
-        self._problem = QgemmProblem()
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+        super().__init__()
         self._kernels: dict = {}  # (device index, dtype, symmetric) -> kernel
         self._launches: dict = {}  # (id(kernel), m, k, block_size) -> QgemmLaunch
 
@@ -198,17 +197,17 @@ class _ActQuantLauncher:
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
         vecs = torch.empty((1 if symmetric else 3, blocks, m), dtype=torch.float32, device=device)
-        stream = current_stream(device.index)
         base, step = vecs.data_ptr(), blocks * m * 4
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             p.m, p.n, p.k = m, 0, k
             p.ext[0] = block_size
             p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), base
             p.ptr[3], p.ptr[4] = (None, None) if symmetric else (base + step, base + 2 * step)
             p.ld[0], p.ld[1] = k, k
-            launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: kernel.plan(p))
-            kernel.launch(p, launch, device.index, stream, 0, self._call)
+
+        launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: self._plan(kernel, self._problem, fill))
+        self._launch(kernel, launch, self._problem, fill, device_index=device.index)
         return q, vecs
 
     def __call__(self, x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
@@ -240,7 +239,7 @@ def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = Fal
     return _act_quant(x, block_size, symmetric)
 
 
-class W8A8GemmPlan:
+class W8A8GemmPlan(Plan):
     """A callable W8A8 linear layer: plan(x) quantizes x and returns act(x W^T + bias).
 
     On sm90 the GEMM runs qgemm's Sm90 kernels (W8A8Sm90Spec: each K-block's int32 product promoted
@@ -286,6 +285,7 @@ class W8A8GemmPlan:
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")
         _checks.one_of("launch_mode", launch_mode, LAUNCH_MODES)
         self.target_sm = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
+        super().__init__(device, sm_count(device))
         if launch_mode == "auto":
             sm90_fits = self.target_sm >= 90 and n % _sm90_row_elements(out_dtype) == 0
             launch_mode = "sm90" if sm90_fits else "promote"
@@ -299,25 +299,19 @@ class W8A8GemmPlan:
         self.activation = activation
         self.out_dtype = out_dtype
         self.launch_mode = launch_mode
-        self.device = device
         self.clamp = (0.0, 0.0) if activation == "silu" else reference.clamp_bounds(activation)
         self._epilogue = "silu" if activation == "silu" else "clamp"
         self._output = OUTPUT_DTYPES[out_dtype]
-        self._sm_count = sm_count(device)
         self._n, self._k = weight.n, weight.k
         self._blocks = blocks
-        self._device_index = device.index
         # v = sw sum(qw) + block_size ow per (block, column): the weight side of the asymmetric
         # promotion's second offset term, made once here instead of in every tile.
         self._weight_v = None
         if weight.scheme == "asymmetric" and launch_mode in ("sm90", "promote"):
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
-        self._call = CallBuffers()
         self._problem = self._fixed_problem()
-        self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M (Sm90)
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
         self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     @property
     def scheme(self) -> str:
@@ -326,8 +320,7 @@ class W8A8GemmPlan:
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls."""
         w = self.weight
-        p = QgemmProblem()
-        p.n, p.k = w.n, w.k
+        p = self._new_problem(w.n, w.k, with_sm_count=True)
         p.ext[0] = w.block_size
         p.ptr[1] = w.qweight.data_ptr()
         p.ptr[5] = w.scale.data_ptr()
@@ -339,7 +332,6 @@ class W8A8GemmPlan:
         p.ld[0] = p.ld[1] = w.k
         p.ld[2] = p.ld[3] = w.n
         p.scalar[0], p.scalar[1] = self.clamp
-        p.sm_count = self._sm_count
         return p
 
     def kernel_spec(self, m: int):
@@ -362,12 +354,7 @@ class W8A8GemmPlan:
                                               heuristics.w8a8_promote_arch(self.target_sm), self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
-        _checks.cuda_device("x", x, self.device)
-        _checks.contiguous("x", x)
-        m = x.shape[0]
-        if m == 0 or x.shape[1] != self._k:
-            raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
+        m = self._check_x(x, tuple(INPUT_DTYPES), self._k)
         _checks.index_limit("x.shape[0] (M)", m)
         if self.launch_mode != "sm90":
             return self.gemm(_act_quant(x, self.weight.block_size, self.scheme == "symmetric"), out)
@@ -408,20 +395,19 @@ class W8A8GemmPlan:
 
     def _launch_sm90(self, q: int, scale: int, offset, qsum, out: torch.Tensor, m: int, choice):
         if choice is None:
-            kernel, launch, choice = cached(self._per_m, m, lambda: self._prepare_sm90(m, None))
+            kernel, launch, choice = self._cached(m, lambda: self._prepare_sm90(m, None))
         else:
             kernel, launch, choice = self._prepare_sm90(m, choice)
         workspace = zeroed_workspace(launch.workspace_bytes, self.device)
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             self._fill_sm90(p, m, choice)
             p.ptr[0], p.ptr[2] = q, scale
             if offset is not None:
                 p.ptr[3], p.ptr[4] = offset, qsum
             p.ptr[10] = out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream,
-                          workspace.data_ptr() if workspace is not None else 0, self._call)
+
+        self._launch(kernel, launch, self._problem, fill, workspace.data_ptr() if workspace is not None else 0)
 
     def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
@@ -437,10 +423,7 @@ class W8A8GemmPlan:
             raise ValueError(f"choice.spec must have (block_size, scheme, output, epilogue) = {wanted} for this plan, "
                              f"got {(spec.block_size, spec.scheme, spec.output, spec.epilogue)}")
         kernel = get_kernel(spec, self.target_sm)
-        with self._lock:
-            p = self._problem
-            self._fill_sm90(p, m, choice)
-            launch = kernel.plan(p)
+        launch = self._plan(kernel, self._problem, lambda p: self._fill_sm90(p, m, choice))
         return kernel, launch, choice
 
     def _gemm_promote(self, xq, out, m: int, choice):
@@ -449,7 +432,7 @@ class W8A8GemmPlan:
         if xq.q.data_ptr() % 16:
             _checks.aligned("xq.q", xq.q, 16, "16-byte cp.async copies of its rows")
         if choice is None:
-            kernel, launch, choice, ctas = cached(self._per_m, m, lambda: self._prepare_promote(m, None))
+            kernel, launch, choice, ctas = self._cached(m, lambda: self._prepare_promote(m, None))
         else:
             kernel, launch, choice, ctas = self._prepare_promote(m, choice)
         partial = counters = 0
@@ -461,16 +444,16 @@ class W8A8GemmPlan:
             split = torch.empty(partial_bytes + launch.workspace_bytes, dtype=torch.uint8, device=self.device)
             split[partial_bytes:].zero_()
             partial, counters = split.data_ptr(), split.data_ptr() + partial_bytes
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             self._fill_promote(p, m, choice, ctas)
             p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
             if xq.offset is not None:
                 p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
             p.ptr[9] = partial or None
             p.ptr[10] = out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream, counters, self._call)
+
+        self._launch(kernel, launch, self._problem, fill, counters)
 
     def _fill_promote(self, p: QgemmProblem, m: int, choice, ctas: int):
         p.m = m

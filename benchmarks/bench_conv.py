@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import ConvInt8Sm90Spec
+from cutlass_gen.families.conv import ConvInt8Sm90Spec
 from qgemm.conv.quant import ConvInt8Quant
 from timing import copy_bandwidth, geomean, host_us, timed
 

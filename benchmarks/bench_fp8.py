@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
 from qgemm.fp8 import heuristics
 from timing import bench, bench_graph, copy_bandwidth, host_us
 

@@ -32,8 +32,8 @@ import torch
 
 import qgemm
 from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import fpaintb_sm90_specs
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
 from qgemm.fpaintb import heuristics
 from timing import copy_bandwidth, geomean, host_us, l2_bytes, rotation_count, timed_rotating
 

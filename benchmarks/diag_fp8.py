@@ -9,7 +9,7 @@ import torch
 
 import qgemm
 from cutlass_gen.build import build_many
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
 from qgemm.fp8 import heuristics
 from timing import bench_graph
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from .paths import templates_dir
-from .specs import KernelSpec
+from .spec import KernelSpec
 
 
 @dataclass(frozen=True)

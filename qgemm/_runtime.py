@@ -13,7 +13,7 @@ import torch
 
 from cutlass_gen.build import build, find_artifact
 from cutlass_gen.paths import TemplatesNotFoundError
-from cutlass_gen.specs import KernelSpec
+from cutlass_gen.spec import KernelSpec
 from cutlass_gen.toolchain import ToolchainError
 
 from . import _driver

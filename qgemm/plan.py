@@ -74,10 +74,11 @@ class Plan:
             return kernel.plan(problem)
 
     def _launch(self, kernel, launch, problem: QgemmProblem, fill: Callable[[QgemmProblem], None],
-                workspace: int = 0, device_index: int | None = None):
-        """fill(problem), then launch on torch's current stream, under the lock."""
+                workspace: int = 0, device_index: int | None = None, stream: int | None = None):
+        """fill(problem), then launch on `stream` (default: torch's current stream), under the lock."""
         device_index = self._device_index if device_index is None else device_index
-        stream = current_stream(device_index)
+        if stream is None:
+            stream = current_stream(device_index)
         with self._lock:
             fill(problem)
             kernel.launch(problem, launch, device_index, stream, workspace, self._call)

@@ -49,7 +49,7 @@ def _drive(family: str) -> int:
             print(f"  skip {what}: {e}", flush=True)
 
     if family == "fp8" and sm90:
-        from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+        from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
         w = qgemm.Fp8Weight.from_float(rand(136, 384, dtype=torch.float32, scale=0.05))
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             attempt(f"fp8_act_quant {dtype}", lambda: qgemm.quantize_activations_fp8(rand(17, 384, dtype=dtype)))
@@ -87,7 +87,7 @@ def _drive(family: str) -> int:
         for m in (1, 17, 300):
             attempt(f"w8a8 chained M={m}", lambda: plan(rand(m, 256)))
     elif family == "fpaintb":
-        from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+        from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
         for dtype, act in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
             for bits in (4, 8):
                 weight = qgemm.IntBWeight.from_float(rand(136, 704, dtype=torch.float32, scale=0.05), bits=bits,
@@ -103,7 +103,7 @@ def _drive(family: str) -> int:
                             attempt(spec.name + " stream-K", lambda: plan(
                                 rand(m, 704, dtype=dtype), choice=FpAIntBChoice(spec, 2)))
     elif family == "conv_fpaintb":
-        from cutlass_gen.specs import FpAIntBConvSpec
+        from cutlass_gen.families.conv import FpAIntBConvSpec
         for dtype, act in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
             for bits in (4, 8):
                 q = qgemm.IntConvWeight.from_float(torch.randn(24, 32, 3, 3) * 0.1, bits, 32)

@@ -82,7 +82,7 @@ def _int_compare(out, expected):
 
 
 def _fp8(streamk: bool) -> Case:
-    from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+    from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
     w = qgemm.Fp8Weight.from_float(randn(1024, 2048, seed=1) * 0.05)
     plan = qgemm.Fp8GemmPlan(w)
     choice = None
@@ -107,7 +107,7 @@ def _w8a8(mode: str, scheme: str) -> Case:
 
 def _fpaintb(streamk: bool) -> Case:
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import FpAIntBGemmSpec
+    from cutlass_gen.families.fpaintb import FpAIntBGemmSpec
     weight = qgemm.IntBWeight.from_float(randn(512, 4096, seed=7) * 0.05, bits=4, group_size=128)
     plan = qgemm.FpAIntBPlan(weight)
     target = 90 if _is_sm90() else 80
@@ -121,7 +121,7 @@ def _fpaintb(streamk: bool) -> Case:
 def _fpaintb_sm90() -> Case:
     """The Sm90 FpA x IntB kernel on its stream-K scheduler (each call's workspace flags zeroed in the
     call: in a graph, by the graph's own memset on its own buffer)."""
-    from cutlass_gen.specs import FpAIntBSm90Spec
+    from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
     weight = qgemm.IntBWeight.from_float(randn(512, 4096, seed=7) * 0.05, bits=4, group_size=128, symmetric=False)
     plan = qgemm.FpAIntBPlan(weight)
     choice = FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"), splits=4)

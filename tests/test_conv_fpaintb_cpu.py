@@ -12,7 +12,8 @@ import qgemm
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBConvSpec, FpAIntBGemmSpec
+from cutlass_gen.families.conv import FpAIntBConvSpec
+from cutlass_gen.families.fpaintb import FpAIntBGemmSpec
 from qgemm import _checks
 from qgemm.conv import heuristics
 from qgemm.conv import fpaintb as conv_mod

@@ -17,7 +17,8 @@ import qgemm.conv.int8 as conv_mod
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import ConvInt8Spec, spec_from_dict
+from cutlass_gen.families.conv import ConvInt8Spec
+from cutlass_gen.spec import spec_from_dict
 from qgemm import _checks
 from qgemm.conv import heuristics
 from qgemm.conv import quant as conv_quant

@@ -13,7 +13,8 @@ import qgemm
 import qgemm.fp8.plan as fp8_mod
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec, spec_from_dict
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec
+from cutlass_gen.spec import spec_from_dict
 from qgemm import _checks, reference
 from qgemm.fp8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem

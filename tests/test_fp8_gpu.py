@@ -22,7 +22,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
 from qgemm import reference
 from qgemm.fp8 import heuristics
 

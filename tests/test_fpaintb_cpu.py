@@ -8,9 +8,9 @@ import torch
 import qgemm
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
-from cutlass_gen.fpaintb_layout import LAYOUTS, layout
+from cutlass_gen.families.fpaintb_layout import LAYOUTS, layout
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import _checks, wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import plan as fpaintb_mod

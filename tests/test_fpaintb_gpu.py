@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
 from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight

@@ -13,11 +13,13 @@ import torch
 from conftest import requires_nvcc
 
 from cutlass_gen.build import build, find_artifact
-from cutlass_gen.catalog import FPAINTB_SM90_SWEEP_CONFIGS, catalog, fpaintb_sm90_specs
-from cutlass_gen.fpaintb_layout import sm90_layout
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.fpaintb import FPAINTB_SM90_SWEEP_CONFIGS, fpaintb_sm90_specs
+from cutlass_gen.families.fpaintb_layout import sm90_layout
 from cutlass_gen.paths import extensions_include_dir
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBSm90Spec, spec_from_dict
+from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
+from cutlass_gen.spec import spec_from_dict
 from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import pack as fpaintb_pack

@@ -26,7 +26,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
 from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight

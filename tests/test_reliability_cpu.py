@@ -13,7 +13,7 @@ import torch
 import qgemm
 from cutlass_gen.paths import templates_dir
 from cutlass_gen.render import render
-from cutlass_gen.specs import Fp8ActQuantSpec
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec
 from qgemm import _checks, reference
 from qgemm.conv import quant as conv_quant
 from qgemm.fp8 import plan as fp8

@@ -343,7 +343,7 @@ def test_driver_raises_no_gpu_error():
 
 def test_get_kernel_without_artifact_or_nvcc(monkeypatch):
     """No prebuilt kernel and no nvcc: KernelUnavailableError that says how to build it."""
-    from cutlass_gen.specs import ActQuantSpec
+    from cutlass_gen.families.w8a8 import ActQuantSpec
     from cutlass_gen.toolchain import ToolchainError
     from qgemm import _runtime
 

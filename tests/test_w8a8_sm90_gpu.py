@@ -20,7 +20,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import W8A8Sm90Spec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
 from qgemm import reference
 from qgemm.w8a8 import heuristics
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.fpaintb_layout import layout as weight_layout
+from cutlass_gen.families.fpaintb_layout import layout as weight_layout
 
 from .. import _checks
 from .._abi import QgemmProblem

@@ -1,8 +1,9 @@
 """Convolution kernel choice by shape (int8 and FpA x IntB conv2d), in Python where tests reach it."""
 from __future__ import annotations
 
-from cutlass_gen.catalog import catalog, fpaintb_conv_configs
-from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec, FpAIntBConvSpec
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.conv import fpaintb_conv_configs
+from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec, FpAIntBConvSpec
 
 from ..fpaintb.heuristics import FPAINTB_RASTER_GROUP, FPAINTB_STREAMK_CTAS_PER_SM, FpAIntBChoice
 

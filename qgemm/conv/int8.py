@@ -54,11 +54,11 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec
+from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec
 
 from .. import _checks
 from .._abi import QgemmProblem
-from .._runtime import cached, get_kernel, sm_count
+from .._runtime import cached, current_stream, get_kernel, sm_count
 from ..plan import Plan, _Call
 from . import heuristics
 from . import quant as conv_quant
@@ -256,7 +256,8 @@ class ConvInt8Plan(Plan):
             p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
             p.ptr[4] = call.border.data_ptr() if call.border is not None else None
 
-        self._launch(call.kernel, call.launch, self._problem, fill)
+        # The stream from this module's current_stream, which CPU tests stand in for.
+        self._launch(call.kernel, call.launch, self._problem, fill, stream=current_stream(self._device_index))
         return out
 
     def _call_nchw(self, x, out, choice) -> torch.Tensor:

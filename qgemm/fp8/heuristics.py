@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
 
 # --- FP8 blockwise (sm90) ----------------------------------------------------------------------
 #

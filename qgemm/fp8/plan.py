@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.specs import Fp8ActQuantSpec
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec
 
 from .. import _checks, reference
 from .._abi import QgemmProblem

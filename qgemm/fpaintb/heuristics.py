@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cutlass_gen.catalog import fpaintb_gemm_configs
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb import fpaintb_gemm_configs
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
 
 # FpA x IntB (W4A16 / W8A16). Three kinds of kernel:
 #   * the small-M kernel (FpAIntBGemvSpec): codes straight from global memory into registers, every

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from cutlass_gen.fpaintb_layout import Sm90WeightLayout, WeightLayout, layout, sm90_layout
+from cutlass_gen.families.fpaintb_layout import Sm90WeightLayout, WeightLayout, layout, sm90_layout
 
 
 def check_packable(name: str, k: int, n: int, lay: WeightLayout):

@@ -6,7 +6,7 @@ u are unsigned codes (signed weights carry the bias 2**(bits-1)); zero is per (g
 or the symmetric 2**(bits-1) when the weight has none; g is the group size along K (32, 64, 128,
 256, or K for one scale per output channel). The weight is packed once into the layout of
 cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
-(qgemm.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
+(qgemm.fpaintb.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
 global memory, the tiled GEMM (shared-memory pipeline, split-K), or, for large M, dequantization
 into FP16/BF16 followed by cuBLAS. On sm90 (H100/H200), from heuristics.FPAINTB_SM90_MIN_M rows,
 the plan runs the Sm90 kernel instead (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective) on a
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.fpaintb_layout import layout
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb_layout import layout
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBSm90Spec
 
 from .. import _checks
 from .._abi import QgemmProblem

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cutlass_gen.fpaintb_layout import layout as fpaintb_layout
+from cutlass_gen.families.fpaintb_layout import layout as fpaintb_layout
 
 from .. import _checks, reference
 from ..fpaintb import pack as fpaintb_pack

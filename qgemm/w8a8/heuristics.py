@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from cutlass_gen.catalog import catalog, w8a8_sm90_configs
-from cutlass_gen.catalog import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
-from cutlass_gen.specs import W8A8GemmSpec, W8A8PromoteSpec, W8A8Sm90Spec
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.w8a8 import w8a8_sm90_configs
+from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
+from cutlass_gen.families.w8a8 import W8A8GemmSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
 
 def w8a8_tile_for(m: int, n: int, sm_count: int) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.specs import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec
 
 from .. import _checks, reference
 from .._abi import QgemmProblem

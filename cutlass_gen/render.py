@@ -59,6 +59,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         template=spec.template,
         spec_json=spec.to_json(),
         spec_repr=repr(spec),
+        slot=spec.SLOTS,
         **spec.template_context(),
     )
     return RenderedKernel(spec=spec, source=source)

@@ -27,6 +27,8 @@ class KernelSpec:
 
     family: ClassVar[str]
     template: ClassVar[str]
+    # The QgemmProblem slots the family's template reads (Slots, below).
+    SLOTS: ClassVar["Slots"]
     # Lowest CUTLASS ArchTag the kernel uses; a target SM must be at least this.
     arch: int
 
@@ -105,3 +107,60 @@ def spec_from_dict(d: dict) -> KernelSpec:
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
     return FAMILIES[family](**d)
+
+
+class SlotArray:
+    """The names of one QgemmProblem array's slots (ptr, ld, ext or scalar), by index: `.out` is
+    the index of the slot named out (a template writes `p.ptr[{{ slot.ptr.out }}]`)."""
+
+    def __init__(self, array: str, names: tuple):
+        self.array = array
+        self.names = tuple(names)
+        self._index = {name: i for i, name in enumerate(self.names) if name}
+
+    def __getattr__(self, name: str) -> int:
+        try:
+            return self.__dict__["_index"][name]
+        except KeyError:
+            raise AttributeError(f"no {self.__dict__.get('array')} slot named {name!r}; declared: "
+                                 f"{self.__dict__.get('names')}") from None
+
+    def declared(self) -> set[int]:
+        return set(self._index.values())
+
+
+class Slots:
+    """The QgemmProblem slots a kernel family reads, named once: the plans write them by name
+    (`slots.write(p, x=..., out=...)`), the templates read their indices from the same declaration
+    (`{{ slot.ptr.x }}`), and tests/test_slots_cpu.py checks every template's and header's use
+    against it. Each argument is a tuple of names by index (None: an index the family leaves
+    unused); names are unique across the four arrays."""
+
+    ARRAYS = ("ptr", "ld", "ext", "scalar")
+
+    def __init__(self, *, ptr: tuple = (), ld: tuple = (), ext: tuple = (), scalar: tuple = ()):
+        self.ptr, self.ld = SlotArray("ptr", ptr), SlotArray("ld", ld)
+        self.ext, self.scalar = SlotArray("ext", ext), SlotArray("scalar", scalar)
+        self._where: dict[str, tuple[str, int]] = {}
+        for array in self.ARRAYS:
+            for name, index in getattr(self, array)._index.items():
+                if name in self._where:
+                    raise ValueError(f"slot name {name!r} declared twice ({self._where[name][0]} and {array})")
+                self._where[name] = (array, index)
+
+    def where(self, name: str) -> tuple[str, int]:
+        """(array, index) of the slot `name`."""
+        try:
+            return self._where[name]
+        except KeyError:
+            raise KeyError(f"no slot named {name!r}; declared: {sorted(self._where)}") from None
+
+    def write(self, problem, **values):
+        """problem.<array>[index] = value for each slot named in `values`."""
+        for name, value in values.items():
+            array, index = self.where(name)
+            getattr(problem, array)[index] = value
+
+    def read(self, problem, name: str):
+        array, index = self.where(name)
+        return getattr(problem, array)[index]

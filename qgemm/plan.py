@@ -45,6 +45,9 @@ class Plan:
     `device` is None for the quantizers, which serve every device; `sm_count` is passed in by the
     family's module (its own `sm_count`, which CPU tests replace)."""
 
+    # The slot layout of the plan's problem (cutlass_gen.spec.Slots: its kernels' spec.SLOTS).
+    slots = None
+
     def __init__(self, device: torch.device | None = None, sm_count: int = 0):
         self.device = device
         self._device_index = device.index if device is not None else None
@@ -53,6 +56,10 @@ class Plan:
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._calls: dict = {}  # per problem size: what _prepare made
         self._problem = QgemmProblem()
+
+    def _set(self, problem: QgemmProblem, slots=None, /, **values):
+        """Write the named slots of `problem` (slots: a kernel spec's SLOTS; default self.slots)."""
+        (slots or self.slots).write(problem, **values)
 
     def _new_problem(self, n: int, k: int, *, with_sm_count: bool = False) -> QgemmProblem:
         """A problem with the weight's extent; with_sm_count for the persistent kernels, which size

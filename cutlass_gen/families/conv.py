@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..spec import KernelSpec, _check_int8_tensorop, _shape
+from ..spec import Slots, KernelSpec, _check_int8_tensorop, _shape
 from .fpaintb import FpAIntBGemmSpec, _fpaintb_arch
+
+
+# The convolutions' slots: the int8 kernels (CUTLASS 2.x and Sm90) share one layout, read by
+# templates/include/qgemm/conv/slots.h; (height, width) pairs are packed as (h << 32) | w.
+CONV_GEOMETRY = ("filter", "padding", "stride", "dilation")
+CONV_INT8_SLOTS = Slots(ptr=("x", "w", "multiplier", "fused_bias", "border", "out"),
+                        ext=("batch", "height", "width", "channels") + CONV_GEOMETRY, scalar=("clamp_lo", "clamp_hi"))
+
 
 @dataclass(frozen=True)
 class FpAIntBConvSpec(FpAIntBGemmSpec):
@@ -17,6 +25,8 @@ class FpAIntBConvSpec(FpAIntBGemmSpec):
 
     family: ClassVar[str] = "fpaintb_conv"
     template: ClassVar[str] = "fpaintb_conv.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=("x", "w", "scale", "offset", "bias", "out", "partial"), ld=("ld_x", "ld_w"),
+                                 ext=("group_size", "activation_raster", "ctas", "input_hw") + CONV_GEOMETRY)
 
     @property
     def smem_bytes(self) -> int:
@@ -50,6 +60,7 @@ class ConvInt8Spec(KernelSpec):
 
     family: ClassVar[str] = "conv2d_int8"
     template: ClassVar[str] = "conv2d_int8.cu.j2"
+    SLOTS: ClassVar[Slots] = CONV_INT8_SLOTS
     INSTRUCTIONS: ClassVar[dict] = {75: (8, 8, 16), 80: (16, 8, 32)}
     TILE_K: ClassVar[int] = 64
     ALIGNMENTS: ClassVar[tuple] = (16, 8, 4, 2, 1)
@@ -127,6 +138,7 @@ class ConvInt8Sm90Spec(KernelSpec):
 
     family: ClassVar[str] = "conv2d_int8_sm90"
     template: ClassVar[str] = "conv2d_int8_sm90.cu.j2"
+    SLOTS: ClassVar[Slots] = CONV_INT8_SLOTS
     TILE_M: ClassVar[tuple] = (64, 128)
     TILE_N: ClassVar[tuple] = (64, 128, 256)
     TILE_K: ClassVar[tuple] = (64, 128)

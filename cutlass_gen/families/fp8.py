@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..spec import KernelSpec, ctype
+from ..spec import Slots, KernelSpec, ctype
 
 @dataclass(frozen=True)
 class Fp8BlockwiseGemmSpec(KernelSpec):
@@ -20,6 +20,8 @@ class Fp8BlockwiseGemmSpec(KernelSpec):
 
     family: ClassVar[str] = "fp8_blockwise_gemm"
     template: ClassVar[str] = "fp8_blockwise_gemm.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=("x", "w", "sx", "sw", "bias", "out"), ld=("ld_x", "ld_w", "ld_sx", "ld_out"),
+                                 ext=("raster", "swizzle", "splits"))
     SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     INPUTS: ClassVar[tuple] = ("e4m3", "e5m2")
@@ -105,6 +107,7 @@ class Fp8ActQuantSpec(KernelSpec):
 
     family: ClassVar[str] = "fp8_act_quant"
     template: ClassVar[str] = "fp8_act_quant.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=("x", "q", "sx"), ld=("ld_x", "ld_q", "ld_sx"))
     INPUTS: ClassVar[tuple] = ("f32", "f16", "bf16")
     OUTPUTS: ClassVar[tuple] = ("e4m3", "e5m2")
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..spec import KernelSpec, _check_stages_and_smem, _warps, ctype
+from ..spec import Slots, KernelSpec, _check_stages_and_smem, _warps, ctype
 from . import fpaintb_layout
+
+
+# The FpA x IntB operand slots (the small-M kernel, the tiled GEMM and the dequantizer share one
+# layout, so a plan fills one problem for all three; the Sm90 kernel's ext differs).
+FPAINTB_PTR = ("x", "w", "scale", "zero", "bias", "out", "partial")
+FPAINTB_LD = ("ld_x", "ld_w", "ld_out")
+FPAINTB_SLOTS = Slots(ptr=FPAINTB_PTR, ld=FPAINTB_LD, ext=("group_size", "activation", "ctas", "raster_group"))
+
 
 ACT_TYPES = ("f16", "bf16")
 
@@ -44,6 +52,7 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
 
     family: ClassVar[str] = "fpaintb_gemv"
     template: ClassVar[str] = "fpaintb_gemv.cu.j2"
+    SLOTS: ClassVar[Slots] = FPAINTB_SLOTS
 
     act: str
     bits: int
@@ -95,6 +104,7 @@ class FpAIntBGemmSpec(_FpAIntBSpec):
 
     family: ClassVar[str] = "fpaintb_gemm"
     template: ClassVar[str] = "fpaintb_gemm.cu.j2"
+    SLOTS: ClassVar[Slots] = FPAINTB_SLOTS
     TILE_M: ClassVar[tuple] = (16, 32, 64, 128, 256)
     TILE_N: ClassVar[tuple] = (64, 128, 256)
     TILE_K: ClassVar[tuple] = (64, 128, 256)
@@ -161,6 +171,7 @@ class FpAIntBDequantSpec(_FpAIntBSpec):
 
     family: ClassVar[str] = "fpaintb_dequant"
     template: ClassVar[str] = "fpaintb_dequant.cu.j2"
+    SLOTS: ClassVar[Slots] = FPAINTB_SLOTS
 
     act: str
     bits: int
@@ -193,6 +204,8 @@ class FpAIntBSm90Spec(KernelSpec):
 
     family: ClassVar[str] = "fpaintb_gemm_sm90"
     template: ClassVar[str] = "fpaintb_gemm_sm90.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=FPAINTB_PTR[:6], ld=("ld_x", None, "ld_out"),
+                                 ext=("group_size", "activation", "raster", "swizzle", "splits"))
     SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     TILE_N: ClassVar[tuple] = (16, 32, 64, 128, 256)

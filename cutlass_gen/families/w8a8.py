@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..spec import KernelSpec, _check_int8_tensorop, _check_stages_and_smem, _shape, _warps, ctype
+from ..spec import Slots, KernelSpec, _check_int8_tensorop, _check_stages_and_smem, _shape, _warps, ctype
+
+
+# The W8A8 GEMMs' operand slots: one layout for the three GEMM families, so that a plan fills one
+# problem whichever kernel it launches; ext differs per family.
+W8A8_PTR = ("x", "w", "sx", "ox", "sum_x", "sw", "ow", "sum_w", "bias", "partial", "out", "v")
+W8A8_LD = ("ld_x", "ld_w", "ld_partial", "ld_out")
+W8A8_SCALAR = ("clamp_lo", "clamp_hi")
+
 
 @dataclass(frozen=True)
 class W8A8GemmSpec(KernelSpec):
@@ -18,6 +26,7 @@ class W8A8GemmSpec(KernelSpec):
 
     family: ClassVar[str] = "w8a8_gemm"
     template: ClassVar[str] = "w8a8_gemm.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=W8A8_PTR, ld=W8A8_LD, ext=("block_size", "block_begin", "slices"), scalar=W8A8_SCALAR)
     INSTRUCTIONS: ClassVar[dict] = {75: (8, 8, 16), 80: (16, 8, 32)}
     TILE_K: ClassVar[dict] = {75: (32, 64), 80: (64,)}
     OUTPUTS: ClassVar[tuple] = ("f32", "f16")
@@ -79,6 +88,8 @@ class W8A8Sm90Spec(KernelSpec):
 
     family: ClassVar[str] = "w8a8_gemm_sm90"
     template: ClassVar[str] = "w8a8_gemm_sm90.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=W8A8_PTR, ld=W8A8_LD, ext=("block_size", "raster", "swizzle", "splits"),
+                                 scalar=W8A8_SCALAR)
     SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
     BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
     OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
@@ -166,6 +177,7 @@ class ActQuantSpec(KernelSpec):
 
     family: ClassVar[str] = "act_quant"
     template: ClassVar[str] = "act_quant.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=("x", "q", "scale", "offset", "sum"), ld=("ld_x", "ld_q"), ext=("block_size",))
     INPUTS: ClassVar[tuple] = ("f32", "f16", "bf16")
 
     input: str
@@ -207,6 +219,8 @@ class W8A8PromoteSpec(KernelSpec):
 
     family: ClassVar[str] = "w8a8_gemm_promote"
     template: ClassVar[str] = "w8a8_gemm_promote.cu.j2"
+    SLOTS: ClassVar[Slots] = Slots(ptr=W8A8_PTR, ld=W8A8_LD, ext=("block_size", "activation", "ctas", "raster_group"),
+                                 scalar=W8A8_SCALAR)
     ARCHS: ClassVar[tuple] = (75, 80)
     SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
     OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")

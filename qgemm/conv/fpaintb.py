@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cutlass_gen.families.conv import FpAIntBConvSpec
 from cutlass_gen.families.fpaintb_layout import layout as weight_layout
 
 from .. import _checks
@@ -173,6 +174,8 @@ class FpAIntBConvPlan(Plan):
     Everything is checked here and on each call before any launch. Plans keep per-shape state, so
     build one per layer and reuse it."""
 
+    slots = FpAIntBConvSpec.SLOTS
+
     def __init__(self, weight: IntConvWeight, *, act_dtype: torch.dtype = torch.float16,
                  bias: torch.Tensor | None = None, activation: str = "none", stride=1, padding=0, dilation=1):
         if not isinstance(weight, IntConvWeight):
@@ -205,12 +208,10 @@ class FpAIntBConvPlan(Plan):
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls (templates/fpaintb_conv.cu.j2 lists them)."""
         p = self._new_problem(self.out_channels, self._k)
-        p.ptr[1], p.ptr[2], p.ptr[3] = self._packed.data_ptr(), self._scale.data_ptr(), self._offset.data_ptr()
-        p.ptr[4] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0], p.ld[1] = self.in_channels, self._packed.shape[1]
-        p.ext[0] = self._group
-        p.ext[4], p.ext[5] = _pack(self.kernel_size), _pack(self.padding)
-        p.ext[6], p.ext[7] = _pack(self.stride), _pack(self.dilation)
+        self._set(p, w=self._packed.data_ptr(), scale=self._scale.data_ptr(), offset=self._offset.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None, ld_x=self.in_channels,
+                  ld_w=self._packed.shape[1], group_size=self._group, filter=_pack(self.kernel_size),
+                  padding=_pack(self.padding), stride=_pack(self.stride), dilation=_pack(self.dilation))
         return p
 
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
@@ -268,10 +269,9 @@ class FpAIntBConvPlan(Plan):
 
         def fill(p: QgemmProblem):
             p.m = n * call.out_shape[1] * call.out_shape[2]
-            p.ptr[0], p.ptr[5] = x.data_ptr(), y.data_ptr()
-            p.ptr[6] = partial.data_ptr() if partial is not None else None
-            p.ext[1] = _pack((ACTIVATIONS[self.activation], call.choice.raster_group))
-            p.ext[2], p.ext[3] = call.ctas, _pack((h, w))
+            self._set(p, x=x.data_ptr(), out=y.data_ptr(), partial=partial.data_ptr() if partial is not None else None,
+                      activation_raster=_pack((ACTIVATIONS[self.activation], call.choice.raster_group)),
+                      ctas=call.ctas, input_hw=_pack((h, w)))
 
         self._launch(call.kernel, call.launch, self._problem, fill, counters)
         if out is not None and out_dtype != self.act_dtype:
@@ -304,9 +304,9 @@ class FpAIntBConvPlan(Plan):
         with self._lock:
             p = self._problem
             p.m = n * ho * wo
-            p.ext[1] = _pack((ACTIVATIONS[self.activation], choice.raster_group))
-            p.ext[3] = _pack((h, w))
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            self._set(p, activation_raster=_pack((ACTIVATIONS[self.activation], choice.raster_group)),
+                      input_hw=_pack((h, w)))
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return _Call(choice, kernel, launch, ctas, (n, ho, wo, self.out_channels))
 
 

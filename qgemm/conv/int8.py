@@ -54,7 +54,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec
+from cutlass_gen.families.conv import CONV_INT8_SLOTS, ConvInt8Sm90Spec, ConvInt8Spec
 
 from .. import _checks
 from .._abi import QgemmProblem
@@ -109,6 +109,8 @@ class ConvInt8Plan(Plan):
     appended, or, where `fold` is set, the stride-folded filter; each call then costs one extra copy
     of the input (padded with Z_I, or folded) before the kernel.
     """
+
+    slots = CONV_INT8_SLOTS
 
     def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, *, bias: torch.Tensor | None = None,
                  stride=1, padding=0, dilation=1):
@@ -172,12 +174,10 @@ class ConvInt8Plan(Plan):
         """The slots that do not change between calls (templates/conv2d_int8.cu.j2 lists them)."""
         kernel, stride, padding, dilation = self.kernel_geometry
         p = self._new_problem(self.out_channels, kernel[0] * kernel[1] * self.padded_channels, with_sm_count=True)
-        p.ext[3] = self.padded_channels
-        p.ext[4], p.ext[5] = _pack(kernel), _pack(padding)
-        p.ext[6], p.ext[7] = _pack(stride), _pack(dilation)
-        p.ptr[1] = self.weight.data_ptr()
-        p.ptr[2], p.ptr[3] = self.multiplier.data_ptr(), self.fused_bias.data_ptr()
-        p.scalar[0], p.scalar[1] = self.clamp
+        self._set(p, channels=self.padded_channels, filter=_pack(kernel), padding=_pack(padding),
+                  stride=_pack(stride), dilation=_pack(dilation), w=self.weight.data_ptr(),
+                  multiplier=self.multiplier.data_ptr(), fused_bias=self.fused_bias.data_ptr(),
+                  clamp_lo=self.clamp[0], clamp_hi=self.clamp[1])
         return p
 
     @property
@@ -253,8 +253,8 @@ class ConvInt8Plan(Plan):
 
         def fill(p: QgemmProblem):
             self._set_shape(p, n, h, w)
-            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
-            p.ptr[4] = call.border.data_ptr() if call.border is not None else None
+            self._set(p, x=x.data_ptr(), out=out.data_ptr(),
+                      border=call.border.data_ptr() if call.border is not None else None)
 
         # The stream from this module's current_stream, which CPU tests stand in for.
         self._launch(call.kernel, call.launch, self._problem, fill, stream=current_stream(self._device_index))
@@ -283,8 +283,8 @@ class ConvInt8Plan(Plan):
     def _set_shape(self, p: QgemmProblem, n: int, h: int, w: int):
         ho, wo = self.output_hw(h, w)
         p.m = n * ho * wo
-        p.ext[0] = n
-        p.ext[1], p.ext[2] = self._kernel_input_hw(h, w)
+        height, width = self._kernel_input_hw(h, w)
+        self._set(p, batch=n, height=height, width=width)
 
     def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
         ho, wo = self.output_hw(h, w)

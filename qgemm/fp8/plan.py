@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.families.fp8 import Fp8ActQuantSpec
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec
 
 from .. import _checks, reference
 from .._abi import QgemmProblem
@@ -158,6 +158,8 @@ def _check_weight_shape(name: str, n: int, k: int):
 class _QuantLauncher(Plan):
     """The activation quantization kernel (one per input and output dtype, loaded on demand)."""
 
+    slots = Fp8ActQuantSpec.SLOTS
+
     def __call__(self, x: torch.Tensor, dtype: torch.dtype) -> Fp8Activations:
         m, k = x.shape
         device = x.device
@@ -171,8 +173,7 @@ class _QuantLauncher(Plan):
 
         def fill(p: QgemmProblem):
             p.m, p.n, p.k = m, 0, k
-            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), sx.data_ptr()
-            p.ld[0], p.ld[1], p.ld[2] = k, k, pitch
+            self._set(p, x=x.data_ptr(), q=q.data_ptr(), sx=sx.data_ptr(), ld_x=k, ld_q=k, ld_sx=pitch)
 
         launch = self._plan(kernel, self._problem, fill)
         self._launch(kernel, launch, self._problem, fill, device_index=device.index)
@@ -206,6 +207,8 @@ class Fp8GemmPlan(Plan):
     kernels get a freshly zeroed workspace per call from torch's allocator, so calls may overlap
     on several streams and be captured in CUDA graphs.
     """
+
+    slots = Fp8BlockwiseGemmSpec.SLOTS
 
     def __init__(self, weight: Fp8Weight, *, bias: torch.Tensor | None = None,
                  out_dtype: torch.dtype = torch.bfloat16, act_dtype: torch.dtype = torch.float8_e4m3fn):
@@ -249,11 +252,9 @@ class Fp8GemmPlan(Plan):
 
     def _fixed_problem(self) -> QgemmProblem:
         p = self._new_problem(self._n, self._k, with_sm_count=True)
-        p.ptr[1] = self.weight.qweight.data_ptr()
-        p.ptr[3] = self.weight.scale_inv.data_ptr()
-        p.ptr[4] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0] = p.ld[1] = self._k
-        p.ld[3] = self._n
+        self._set(p, w=self.weight.qweight.data_ptr(), sw=self.weight.scale_inv.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None, ld_x=self._k, ld_w=self._k,
+                  ld_out=self._n)
         return p
 
     def choice(self, m: int) -> heuristics.Fp8Choice:
@@ -293,9 +294,9 @@ class Fp8GemmPlan(Plan):
     def _fill(self, p: QgemmProblem, m: int, xa: Fp8Activations | None, out, choice):
         p.m = m
         if xa is not None:
-            p.ptr[0], p.ptr[2], p.ptr[5] = xa.q.data_ptr(), xa.scale.data_ptr(), out.data_ptr()
-        p.ld[2] = reference.fp8_scale_pitch(m) if xa is None else xa.scale.shape[1]
-        p.ext[0], p.ext[1], p.ext[2] = choice.raster, choice.swizzle, choice.splits
+            self._set(p, x=xa.q.data_ptr(), sx=xa.scale.data_ptr(), out=out.data_ptr())
+        self._set(p, ld_sx=reference.fp8_scale_pitch(m) if xa is None else xa.scale.shape[1],
+                  raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare(self, m: int, choice):
         choice = choice or self.choice(m)

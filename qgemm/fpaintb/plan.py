@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from cutlass_gen.families.fpaintb_layout import layout
-from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb import FPAINTB_SLOTS, FpAIntBDequantSpec, FpAIntBSm90Spec
 
 from .. import _checks
 from .._abi import QgemmProblem
@@ -248,6 +248,8 @@ class FpAIntBPlan(Plan):
     group size a multiple of 64 or K); the plan then holds a second copy of the weight in the Sm90
     layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
 
+    slots = FPAINTB_SLOTS  # the Sm80/Sm75 kernels'; the Sm90 kernel's problem has FpAIntBSm90Spec.SLOTS
+
     def __init__(self, weight: IntBWeight, *, act_dtype: torch.dtype = torch.float16,
                  bias: torch.Tensor | None = None, activation: str = "none", sm90: bool = True):
         if not isinstance(sm90, bool):
@@ -282,11 +284,9 @@ class FpAIntBPlan(Plan):
     def _fixed_problem(self) -> QgemmProblem:
         w = self.weight
         p = self._new_problem(w.n, w.k)
-        p.ptr[1] = w.packed.data_ptr()
-        p.ptr[2] = self._scale.data_ptr()
-        p.ptr[3] = w.zero.data_ptr() if w.zero is not None else None
-        p.ld[1] = w.packed.shape[1]
-        p.ext[0] = w.group_size
+        self._set(p, w=w.packed.data_ptr(), scale=self._scale.data_ptr(),
+                  zero=w.zero.data_ptr() if w.zero is not None else None, ld_w=w.packed.shape[1],
+                  group_size=w.group_size)
         return p
 
     def _fixed_sm90_problem(self) -> QgemmProblem:
@@ -300,13 +300,10 @@ class FpAIntBPlan(Plan):
         self._sm90_zero = fpaintb_pack.sm90_zero(self._scale, w.zero, w.bits, self.act_dtype)
         self._sm90_bias = self.bias.clone() if self.bias is not None else None
         p = self._new_problem(w.n, w.k, with_sm_count=True)
-        p.ptr[1] = self._sm90_packed.data_ptr()
-        p.ptr[2] = self._sm90_scale.data_ptr()
-        p.ptr[3] = self._sm90_zero.data_ptr()
-        p.ptr[4] = self._sm90_bias.data_ptr() if self._sm90_bias is not None else None
-        p.ld[0], p.ld[2] = w.k, w.n
-        p.ext[0] = w.group_size
-        p.ext[1] = ACTIVATIONS[self.activation]
+        self._set(p, FpAIntBSm90Spec.SLOTS, w=self._sm90_packed.data_ptr(), scale=self._sm90_scale.data_ptr(),
+                  zero=self._sm90_zero.data_ptr(),
+                  bias=self._sm90_bias.data_ptr() if self._sm90_bias is not None else None,
+                  ld_x=w.k, ld_out=w.n, group_size=w.group_size, activation=ACTIVATIONS[self.activation])
         return p
 
     def choice(self, m: int) -> heuristics.FpAIntBChoice | heuristics.FpAIntBSm90Choice:
@@ -353,11 +350,9 @@ class FpAIntBPlan(Plan):
 
         def fill(p: QgemmProblem):
             p.m = m
-            p.ptr[0], p.ptr[4], p.ptr[5] = x.data_ptr(), self._bias_ptr(), out.data_ptr()
-            p.ptr[6] = partial.data_ptr() if partial is not None else None
-            p.ld[0], p.ld[2] = w.k, w.n
-            p.ext[1] = ACTIVATIONS[self.activation]
-            p.ext[2], p.ext[3] = ctas, choice.raster_group
+            self._set(p, x=x.data_ptr(), bias=self._bias_ptr(), out=out.data_ptr(),
+                      partial=partial.data_ptr() if partial is not None else None, ld_x=w.k, ld_out=w.n,
+                      activation=ACTIVATIONS[self.activation], ctas=ctas, raster_group=choice.raster_group)
 
         self._launch(kernel, launch, self._problem, fill, counters)
         return out
@@ -375,15 +370,14 @@ class FpAIntBPlan(Plan):
 
         def fill(p: QgemmProblem):
             self._fill_sm90(p, m, choice)
-            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
+            self._set(p, FpAIntBSm90Spec.SLOTS, x=x.data_ptr(), out=out.data_ptr())
 
         self._launch(kernel, launch, self._sm90_problem, fill, workspace.data_ptr() if workspace is not None else 0)
         return out
 
-    @staticmethod
-    def _fill_sm90(p: QgemmProblem, m: int, choice):
+    def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
-        p.ext[2], p.ext[3], p.ext[4] = choice.raster, choice.swizzle, choice.splits
+        self._set(p, FpAIntBSm90Spec.SLOTS, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare_sm90(self, m: int, choice):
         spec = choice.spec
@@ -411,10 +405,9 @@ class FpAIntBPlan(Plan):
         with self._lock:
             p = self._problem
             p.m = m
-            p.ld[0], p.ld[2] = self.weight.k, (self.weight.k if choice.dequantize else self.weight.n)
-            p.ext[1] = ACTIVATIONS[self.activation]
-            p.ext[3] = choice.raster_group
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            self._set(p, ld_x=self.weight.k, ld_out=self.weight.k if choice.dequantize else self.weight.n,
+                      activation=ACTIVATIONS[self.activation], raster_group=choice.raster_group)
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return choice, kernel, launch, ctas
 
     def dequantize(self) -> torch.Tensor:
@@ -428,8 +421,7 @@ class FpAIntBPlan(Plan):
         dense = torch.empty((w.n, w.k), dtype=self.act_dtype, device=self.device)
 
         def fill(p: QgemmProblem):
-            p.ptr[5] = dense.data_ptr()
-            p.ld[2] = w.k  # W [N, K] rows
+            self._set(p, out=dense.data_ptr(), ld_out=w.k)  # W [N, K] rows
 
         self._launch(kernel, launch, self._problem, fill)
         return dense

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.families.w8a8 import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
 from .. import _checks, reference
 from .._abi import QgemmProblem
@@ -175,6 +175,8 @@ def _check_shape_nk(name: str, n: int, k: int, block_size: int):
 class _ActQuantLauncher(Plan):
     """The activation-quantization kernels (one per input dtype and scheme, loaded on demand)."""
 
+    slots = ActQuantSpec.SLOTS
+
     def __init__(self):
         super().__init__()
         self._kernels: dict = {}  # (device index, dtype, symmetric) -> kernel
@@ -201,10 +203,9 @@ class _ActQuantLauncher(Plan):
 
         def fill(p: QgemmProblem):
             p.m, p.n, p.k = m, 0, k
-            p.ext[0] = block_size
-            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), base
-            p.ptr[3], p.ptr[4] = (None, None) if symmetric else (base + step, base + 2 * step)
-            p.ld[0], p.ld[1] = k, k
+            self._set(p, block_size=block_size, x=x.data_ptr(), q=q.data_ptr(), scale=base,
+                      offset=None if symmetric else base + step, sum=None if symmetric else base + 2 * step,
+                      ld_x=k, ld_q=k)
 
         launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: self._plan(kernel, self._problem, fill))
         self._launch(kernel, launch, self._problem, fill, device_index=device.index)
@@ -309,6 +310,7 @@ class W8A8GemmPlan(Plan):
         self._weight_v = None
         if weight.scheme == "asymmetric" and launch_mode in ("sm90", "promote"):
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
+        self.slots = {"sm90": W8A8Sm90Spec, "promote": W8A8PromoteSpec}.get(launch_mode, W8A8GemmSpec).SLOTS
         self._problem = self._fixed_problem()
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
         self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)
@@ -321,17 +323,13 @@ class W8A8GemmPlan(Plan):
         """The slots that do not change between calls."""
         w = self.weight
         p = self._new_problem(w.n, w.k, with_sm_count=True)
-        p.ext[0] = w.block_size
-        p.ptr[1] = w.qweight.data_ptr()
-        p.ptr[5] = w.scale.data_ptr()
+        self._set(p, block_size=w.block_size, w=w.qweight.data_ptr(), sw=w.scale.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None,
+                  ld_x=w.k, ld_w=w.k, ld_partial=w.n, ld_out=w.n, clamp_lo=self.clamp[0], clamp_hi=self.clamp[1])
         if w.scheme == "asymmetric":
-            p.ptr[6], p.ptr[7] = w.offset.data_ptr(), w.qsum.data_ptr()
+            self._set(p, ow=w.offset.data_ptr(), sum_w=w.qsum.data_ptr())
         if self._weight_v is not None:
-            p.ptr[11] = self._weight_v.data_ptr()
-        p.ptr[8] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0] = p.ld[1] = w.k
-        p.ld[2] = p.ld[3] = w.n
-        p.scalar[0], p.scalar[1] = self.clamp
+            self._set(p, v=self._weight_v.data_ptr())
         return p
 
     def kernel_spec(self, m: int):
@@ -402,16 +400,15 @@ class W8A8GemmPlan(Plan):
 
         def fill(p: QgemmProblem):
             self._fill_sm90(p, m, choice)
-            p.ptr[0], p.ptr[2] = q, scale
+            self._set(p, x=q, sx=scale, out=out.data_ptr())
             if offset is not None:
-                p.ptr[3], p.ptr[4] = offset, qsum
-            p.ptr[10] = out.data_ptr()
+                self._set(p, ox=offset, sum_x=qsum)
 
         self._launch(kernel, launch, self._problem, fill, workspace.data_ptr() if workspace is not None else 0)
 
     def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
-        p.ext[1], p.ext[2], p.ext[3] = choice.raster, choice.swizzle, choice.splits
+        self._set(p, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare_sm90(self, m: int, choice):
         choice = choice or self.choice(m)
@@ -447,18 +444,16 @@ class W8A8GemmPlan(Plan):
 
         def fill(p: QgemmProblem):
             self._fill_promote(p, m, choice, ctas)
-            p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
+            self._set(p, x=xq.q.data_ptr(), sx=xq.scale.data_ptr(), partial=partial or None, out=out.data_ptr())
             if xq.offset is not None:
-                p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9] = partial or None
-            p.ptr[10] = out.data_ptr()
+                self._set(p, ox=xq.offset.data_ptr(), sum_x=xq.qsum.data_ptr())
 
         self._launch(kernel, launch, self._problem, fill, counters)
 
     def _fill_promote(self, p: QgemmProblem, m: int, choice, ctas: int):
         p.m = m
-        p.ext[1] = 1 if self._epilogue == "silu" else 0  # the kernel's activation: clamp or SiLU
-        p.ext[2], p.ext[3] = ctas, choice.raster_group
+        # the kernel's activation: clamp or SiLU
+        self._set(p, activation=1 if self._epilogue == "silu" else 0, ctas=ctas, raster_group=choice.raster_group)
 
     def _prepare_promote(self, m: int, choice):
         choice = choice or self.promote_choice(m)
@@ -480,7 +475,7 @@ class W8A8GemmPlan(Plan):
         with self._lock:
             p = self._problem
             self._fill_promote(p, m, choice, 0)
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return kernel, launch, choice, ctas
 
     def _gemm_chained(self, xq, out, m: int):
@@ -492,9 +487,8 @@ class W8A8GemmPlan(Plan):
         with self._lock:
             p = self._problem
             p.m = m
-            p.ptr[0] = xq.q.data_ptr()
-            p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
+            self._set(p, x=xq.q.data_ptr(), sx=xq.scale.data_ptr(), ox=xq.offset.data_ptr(), sum_x=xq.qsum.data_ptr(),
+                      partial=partial.data_ptr(), out=out.data_ptr())
             if self.launch_mode == "chained":
                 self._launch_chained(kernel, p, m, 0, self._blocks, stream)
             else:
@@ -502,7 +496,7 @@ class W8A8GemmPlan(Plan):
                     self._launch_chained(kernel, p, m, block, 1, stream)
 
     def _launch_chained(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
-        p.ext[1], p.ext[2] = block_begin, slices
+        self._set(p, block_begin=block_begin, slices=slices)
         launch = cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
         # The tile locks, zeroed for this launch alone: two calls in flight (two streams, two graphs)
         # never share them, so neither can wait on the other's counters.

@@ -155,10 +155,6 @@ class Sm90WeightLayout:
         atom = row // self.atom_rows + self.rows_padded(n) // self.atom_rows * (k // self.atom_k)
         return atom * self.atom_codes + thread * self.values_per_thread + self.value_position(value)
 
-    def template_values(self) -> dict:
-        return {"bits": self.bits, "atom_rows": self.atom_rows, "atom_k": self.atom_k, "tile_k": self.tile_k,
-                "row_padding": self.row_padding, "code_bias": self.code_bias}
-
 
 SM90_LAYOUTS = {
     4: Sm90WeightLayout(4, word_order=(0, 2, 4, 6, 1, 3, 5, 7)),

@@ -26,6 +26,7 @@ from .. import _checks, reference
 from .._abi import QgemmProblem
 from .._runtime import get_kernel, sm_count, zeroed_workspace
 from ..plan import Plan
+from ..weight import NKWeight
 from . import heuristics
 
 GROUP = reference.FP8_GROUP
@@ -96,24 +97,12 @@ class Fp8Activations:
 
 
 @dataclass(frozen=True)
-class Fp8Weight:
+class Fp8Weight(NKWeight):
     """FP8 weight [N, K] (nn.Linear layout) and its 128 x 128 block scales
     float32 [ceil(N / 128), K / 128], w ~= scale_inv * q blockwise."""
 
     qweight: torch.Tensor
     scale_inv: torch.Tensor
-
-    @property
-    def n(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def k(self) -> int:
-        return self.qweight.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> "Fp8Weight":

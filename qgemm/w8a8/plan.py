@@ -30,6 +30,7 @@ from .. import _checks, reference
 from .._abi import QgemmProblem
 from .._runtime import cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
 from ..plan import Plan
+from ..weight import NKWeight
 from . import heuristics
 
 BLOCK_SIZES = (32, 64, 128, 256)
@@ -72,7 +73,7 @@ class QuantizedActivations:
 
 
 @dataclass(frozen=True)
-class W8A8Weight:
+class W8A8Weight(NKWeight):
     """Weights [N, K] (nn.Linear layout) quantized to int8 per K-block, in one of two schemes:
 
     * "asymmetric" (MNN's): per (column n, K-block) w ~= scale * q + offset; scale, offset and the
@@ -89,18 +90,6 @@ class W8A8Weight:
     qsum: torch.Tensor | None
     block_size: int
     scheme: str = "asymmetric"
-
-    @property
-    def n(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def k(self) -> int:
-        return self.qweight.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, block_size: int, scheme: str = "asymmetric") -> "W8A8Weight":

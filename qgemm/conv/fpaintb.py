@@ -186,9 +186,7 @@ class FpAIntBConvPlan(Plan):
         super().__init__(device, sm_count(device))
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16, torch.float64), ndim=1)
-            _checks.shape("bias", bias, (weight.out_channels,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, weight.out_channels, device, (torch.float32, torch.float16, torch.bfloat16, torch.float64))
             bias = bias.detach().to(act_dtype).contiguous()
         self.stride = _pair("stride", stride, 1)
         self.padding = _pair("padding", padding, 0)

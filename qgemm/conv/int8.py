@@ -126,9 +126,7 @@ class ConvInt8Plan(Plan):
         conv_quant.check_weight(w_q, quant)
         device = w_q.device
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (w_q.shape[0],))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, w_q.shape[0], device, (torch.float32, torch.float64, torch.float16, torch.bfloat16))
             bias = bias.detach()  # an nn.Conv2d's parameter: the plan keeps values, not autograd
         self.stride = _pair("stride", stride, 1)
         self.padding = _pair("padding", padding, 0)

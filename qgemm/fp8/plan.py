@@ -215,9 +215,7 @@ class Fp8GemmPlan(Plan):
         _checks.same_device("weight.scale_inv", weight.scale_inv, device)
         _checks.contiguous("weight.scale_inv", weight.scale_inv)
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, n, device)
             bias = bias.float().contiguous()
         if out_dtype not in OUTPUT_DTYPES:
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")

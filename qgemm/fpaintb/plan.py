@@ -260,9 +260,7 @@ class FpAIntBPlan(Plan):
         super().__init__(device, sm_count(device))
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (weight.n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, weight.n, device)
             bias = bias.to(act_dtype).contiguous()
         self.weight = weight
         self.act_dtype = act_dtype

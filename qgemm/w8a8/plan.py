@@ -266,9 +266,7 @@ class W8A8GemmPlan(Plan):
                 _check_vector(f"weight.{name}", getattr(weight, name), (blocks, n), device)
         _checks.contiguous("weight.qweight", weight.qweight)
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, n, device)
             bias = bias.float().contiguous()
         _checks.one_of("activation", activation, reference.W8A8_ACTIVATIONS)
         if out_dtype not in OUTPUT_DTYPES:

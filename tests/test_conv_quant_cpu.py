@@ -1,4 +1,4 @@
-"""Requantization math of the int8 convolution (qgemm/conv_quant.py) against the definition.
+"""Requantization math of the int8 convolution (qgemm/conv/quant.py) against the definition.
 
 The integer path (int32 accumulator with zero padding + border correction + FusedBias, one float32
 multiply, round half to even) must match the float64 reference (dequantize, convolve with real

@@ -23,7 +23,7 @@ from conftest import requires_nvcc
 # --- the packed layout ---------------------------------------------------------------------------
 
 def pack_by_definition(u: torch.Tensor, bits: int) -> torch.Tensor:
-    """The layout spelled out element by element from cutlass_gen/fpaintb_layout.py's docstring
+    """The layout spelled out element by element from cutlass_gen/families/fpaintb_layout.py's docstring
     (slow; an independent check of the vectorized packer)."""
     lay = layout(bits)
     k, n = u.shape
@@ -184,7 +184,7 @@ def test_heuristic_choices_are_in_the_catalog():
 
 
 def test_heuristic_tiles():
-    """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
+    """The sweep's choices (qgemm/fpaintb/heuristics.py) on an H100's 132 SMs."""
     decode = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
     assert (decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, 2, 8, 16)
 

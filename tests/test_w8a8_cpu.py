@@ -136,7 +136,7 @@ def test_reference_gemm_is_float64_product_of_dequantized_operands():
 
 @pytest.mark.parametrize("bs", [32, 128])
 def test_block_sum_epilogue_formula(bs):
-    """The kernel's epilogue (qgemm/w8a8.py docstring, block_dequant_visitor.h) computes, per K-block i,
+    """The kernel's epilogue (qgemm/w8a8/plan.py docstring, block_dequant_visitor.h) computes, per K-block i,
       s_A s_B (A_q B_q^T)_i + s_A o_B sumA_i + o_A (s_B sumB_i + bs o_B)
     from integer block products and sums; summed over blocks it must equal the dequantized product."""
     m, n, k = 6, 8, bs * 4

@@ -43,7 +43,7 @@ class FpAIntBConvSpec(FpAIntBGemmSpec):
 @dataclass(frozen=True)
 class ConvInt8Spec(KernelSpec):
     """Implicit-GEMM conv2d forward: int8 NHWC activations x int8 [K, R, S, C] filters -> int32,
-    requantized to int8 NHWC in the epilogue (the math is qgemm/conv_quant.py's).
+    requantized to int8 NHWC in the epilogue (the math is qgemm/conv/quant.py's).
 
     The GEMM is M = N*P*Q output pixels by N = output channels over K = R*S*C. arch 75 runs the
     Turing 8x8x16 int8 MMA with a two-stage mainloop of plain loads; arch 80 the Ampere 16x8x32

@@ -21,7 +21,7 @@ ACT_TYPES = ("f16", "bf16")
 
 class _FpAIntBSpec(KernelSpec):
     """What the FpA x IntB specs share: activation and weight types, and the packed layout the
-    templates read (cutlass_gen/fpaintb_layout.py)."""
+    templates read (cutlass_gen/families/fpaintb_layout.py)."""
 
     ARCHS: ClassVar[tuple] = (75, 80)
 
@@ -199,7 +199,7 @@ class FpAIntBSm90Spec(KernelSpec):
     tokens, so `tile` is (weight rows, tokens): 128 rows for the cooperative schedule (two consumer
     warp groups of 64), 64 for ping-pong; a narrow token tile serves a small batch. Its D is
     column-major [N, M], which is out [M, N] row-major. The weight is
-    cutlass_gen/fpaintb_layout.py's Sm90WeightLayout.
+    cutlass_gen/families/fpaintb_layout.py's Sm90WeightLayout.
     """
 
     family: ClassVar[str] = "fpaintb_gemm_sm90"

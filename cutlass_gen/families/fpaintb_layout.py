@@ -1,6 +1,6 @@
 """The one definition of the FpA x IntB packed weight layout.
 
-Both sides read it: the weight preprocessor (qgemm/fpaintb_pack.py) writes bytes in this
+Both sides read it: the weight preprocessor (qgemm/fpaintb/pack.py) writes bytes in this
 order, and the templates (templates/fpaintb_*.cu.j2, through the spec's `layout`) read
 them back. It follows TensorRT-LLM's Turing/Ampere mixed-GEMM layout, so the same packed
 weight can feed an LDSM-based CUTLASS mainloop and qgemm's small-M kernel:

@@ -11,7 +11,7 @@ fall in the padding read the real value 0. act is none, relu, relu6, silu or gel
 The kernel (templates/fpaintb_conv.cu.j2) is an implicit GEMM on the FpA x IntB mainloop: M = N*P*Q
 output pixels, N = Co, K = R*S*C with c fastest, each 16-byte chunk of x gathered per tap. The plan
 turns the filter into that GEMM's weight once (`IntConvWeight.gemm_operands`): codes
-u = q + 2**(bits-1) as a [K, Co] matrix in cutlass_gen/fpaintb_layout.py's packed layout (K padded
+u = q + 2**(bits-1) as a [K, Co] matrix in cutlass_gen/families/fpaintb_layout.py's packed layout (K padded
 with zero codes to a multiple of 64: those rows meet zero activations), and the scales and offsets
 repeated for every tap into [K / block, Co] rows (one row for block -1).
 

@@ -71,7 +71,7 @@ CONV_FEW_CHANNELS_MAX = 16
 _CONV_MIN_ALIGNMENT = 4  # the narrowest access of the aligned kernels (Sm80 cp.async: 4 bytes)
 
 
-# Stride folding (qgemm/conv_fold.py): a strided convolution whose input channels only the 4-byte
+# Stride folding (qgemm/conv/fold.py): a strided convolution whose input channels only the 4-byte
 # kernels read runs as a stride-1 one over stride_h * stride_w times the channels, rounded up to
 # CONV_FOLD_CHANNELS_TO, when that is at most CONV_FOLD_MAX_CHANNELS: the 16-byte kernels then
 # read it. ResNet-50's conv1 (3 channels, 7x7 stride 2) becomes 16 channels, 4x4 stride 1.

@@ -9,7 +9,7 @@ acc is the int32 implicit-GEMM accumulator over the filter taps (zero padding in
 domain), M and FusedBias fold the per-tensor input and output quantization, the per-channel weight
 scales and the float bias (computed once per plan), and border makes padded taps count as the real
 value 0 when the input zero point is not 0 (computed once per input height and width). The math
-and its derivation are in qgemm/conv_quant.py; the kernel's epilogue computes exactly
+and its derivation are in qgemm/conv/quant.py; the kernel's epilogue computes exactly
 conv_quant.requantize.
 
 Layouts the kernels read and write:

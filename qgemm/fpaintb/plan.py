@@ -5,12 +5,12 @@
 u are unsigned codes (signed weights carry the bias 2**(bits-1)); zero is per (group, column),
 or the symmetric 2**(bits-1) when the weight has none; g is the group size along K (32, 64, 128,
 256, or K for one scale per output channel). The weight is packed once into the layout of
-cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
+cutlass_gen/families/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
 (qgemm.fpaintb.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
 global memory, the tiled GEMM (shared-memory pipeline, split-K), or, for large M, dequantization
 into FP16/BF16 followed by cuBLAS. On sm90 (H100/H200), from heuristics.FPAINTB_SM90_MIN_M rows,
 the plan runs the Sm90 kernel instead (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective) on a
-second copy of the weight in the Sm90 layout (cutlass_gen/fpaintb_layout.py Sm90WeightLayout), made
+second copy of the weight in the Sm90 layout (cutlass_gen/families/fpaintb_layout.py Sm90WeightLayout), made
 once at construction; `sm90=False` opts out (no second copy).
 
 Layouts (explicit, as the kernels read them):

@@ -70,7 +70,7 @@ class QuantLinear(QuantModule):
 
     Buffers (the names GPTQ checkpoints use, in the layouts qgemm's kernels read):
       qweight  uint8 [N / interleave, K * interleave * bits / 8]: the codes in the packed layout of
-               cutlass_gen/fpaintb_layout.py (rows in act-order when g_idx is set)
+               cutlass_gen/families/fpaintb_layout.py (rows in act-order when g_idx is set)
       scales   float16/bfloat16 [K / group_size, N]
       qzeros   uint8 [K / group_size, N], the zero points themselves (unpacked, no GPTQ v1 offset);
                absent (None) for symmetric weights, whose zero is 2**(bits - 1)

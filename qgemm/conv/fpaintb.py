@@ -183,7 +183,6 @@ class FpAIntBConvPlan(Plan):
         _checks.cuda_device("weight.q", weight.q)
         device = weight.device
         self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
-        super().__init__(device, sm_count(device))
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
             _checks.bias(bias, weight.out_channels, device, (torch.float32, torch.float16, torch.bfloat16, torch.float64))
@@ -200,6 +199,7 @@ class FpAIntBConvPlan(Plan):
         self._packed, self._scale, self._offset, self._k, self._group = weight.gemm_operands(act_dtype)
         self._act = ACT_DTYPES[act_dtype]
         self._arch = 75 if self.target_sm == 75 else 80
+        super().__init__(device, sm_count(device))
         self._split = StreamKBuffers(device)
         self._problem = self._fixed_problem()
 

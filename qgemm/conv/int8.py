@@ -132,7 +132,6 @@ class ConvInt8Plan(Plan):
         self.padding = _pair("padding", padding, 0)
         self.dilation = _pair("dilation", dilation, 1)
         self.target_sm = _checks.target_sm(device, MIN_SM, _WHAT)
-        super().__init__(device, sm_count(device))
 
         # Calibration scales may live on the CPU; the requantization vectors live with the weights.
         self.quant = dataclasses.replace(quant, weight_scale=quant.weight_scale.to(device))
@@ -153,6 +152,7 @@ class ConvInt8Plan(Plan):
         # to the border correction).
         self.multiplier, self.fused_bias = conv_quant.requant_params(self.weight, bias, self.quant)
         self.clamp = self.quant.clamp_bounds()
+        super().__init__(device, sm_count(device))
         self._borders: dict[tuple, torch.Tensor] = {}  # per (H, W); self._calls: per (N, H, W)
         self._problem = self._fixed_problem()
 

@@ -257,7 +257,6 @@ class FpAIntBPlan(Plan):
         _check_weight(weight)
         device = weight.device
         self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
-        super().__init__(device, sm_count(device))
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
             _checks.bias(bias, weight.n, device)
@@ -271,6 +270,7 @@ class FpAIntBPlan(Plan):
         # The kernels read scales in the activation type.
         self._scale = weight.scale.to(act_dtype).contiguous()
         self._perm = weight.perm.long() if weight.perm is not None else None
+        super().__init__(device, sm_count(device))
         self._split = StreamKBuffers(device)
         self._problem = self._fixed_problem()
         # The Sm90 path: on sm90 with a group size its 64-deep K tiles can read (else never used).

@@ -273,7 +273,6 @@ class W8A8GemmPlan(Plan):
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")
         _checks.one_of("launch_mode", launch_mode, LAUNCH_MODES)
         self.target_sm = _checks.target_sm(device, MIN_SM, "qgemm W8A8")
-        super().__init__(device, sm_count(device))
         if launch_mode == "auto":
             sm90_fits = self.target_sm >= 90 and n % _sm90_row_elements(out_dtype) == 0
             launch_mode = "sm90" if sm90_fits else "promote"
@@ -290,6 +289,7 @@ class W8A8GemmPlan(Plan):
         self.clamp = (0.0, 0.0) if activation == "silu" else reference.clamp_bounds(activation)
         self._epilogue = "silu" if activation == "silu" else "clamp"
         self._output = OUTPUT_DTYPES[out_dtype]
+        super().__init__(device, sm_count(device))
         self._n, self._k = weight.n, weight.k
         self._blocks = blocks
         # v = sw sum(qw) + block_size ow per (block, column): the weight side of the asymmetric

@@ -47,7 +47,7 @@ mv "$SITE/cutlass_gen/_templates" "$SITE/cutlass_gen/_templates.hidden"
 env -u CUDA_HOME -u QGEMM_NVCC PATH="$VENV/bin" "$VENV/bin/python" - <<'PY'
 import sys
 sys.modules["jinja2"] = None
-from cutlass_gen.specs import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec
 from qgemm._runtime import get_kernel
 kernel = get_kernel(ActQuantSpec("f32"), 75)
 assert kernel.host.entry_name == "qgemm_act_quant_sm75_f32_s8", kernel.host.entry_name

@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 
 from cutlass_gen.catalog import catalog
-from qgemm import bench, heuristics
+from qgemm import bench
+from qgemm.conv import heuristics
 from qgemm.bench import report
 from qgemm.bench.conv_fpaintb import MS as BATCHES, SHAPES, kernel_label as label
 from qgemm.bench.timing import geomean, timed

@@ -24,8 +24,9 @@ import argparse
 import math
 
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
-from qgemm import bench, heuristics
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
+from qgemm import bench
+from qgemm.fp8 import heuristics
 from qgemm.bench import report
 from qgemm.bench.fp8 import MS, SHAPES as SHAPES_NK, choice_label
 from qgemm.bench.timing import bench_graph

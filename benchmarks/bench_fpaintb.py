@@ -41,9 +41,10 @@ import json
 import torch
 
 from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import fpaintb_sm90_specs
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
-from qgemm import bench, heuristics
+from cutlass_gen.families.fpaintb import (FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec,
+                                         fpaintb_sm90_specs)
+from qgemm import bench
+from qgemm.fpaintb import heuristics
 from qgemm.bench import report
 from qgemm.bench.fpaintb import MS, SHAPES as SHAPES_KN, label
 import qgemm
@@ -158,7 +159,7 @@ def old_decode_choice(m: int, n: int, k: int, bits: int, sm_count: int):
 
 def run_decode(shapes, ms, bf16: bool = True) -> dict:
     """Issue 16's decode table (module docstring, --decode)."""
-    from cutlass_gen.catalog import fpaintb_stream_configs
+    from cutlass_gen.families.fpaintb import fpaintb_stream_configs
     torch.manual_seed(0)
     bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count

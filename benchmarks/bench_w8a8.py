@@ -34,7 +34,8 @@ import math
 import torch
 
 import qgemm
-from qgemm import bench, heuristics
+from qgemm import bench
+from qgemm.w8a8 import heuristics
 from qgemm.bench import report
 from qgemm.bench.timing import geomean, rotation_count, timed_rotating
 from qgemm.bench.w8a8 import MS, SHAPES as SHAPES_NK
@@ -45,7 +46,7 @@ def sweep_shape(n: int, k: int, ms) -> list[dict]:
     """Every Sm90 catalog kernel of the symmetric and asymmetric schemes (block 128, FP16), forced by
     choice=, rotated weights: the table heuristics.w8a8_sm90_choice is set from."""
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import W8A8Sm90Spec
+    from cutlass_gen.families.w8a8 import W8A8Sm90Spec
     torch.manual_seed(0)
     w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
     copies = rotation_count(n * k)
@@ -79,7 +80,7 @@ def sweep_promote_shape(n: int, k: int, ms) -> list[dict]:
     forced by choice= with one CTA per tile and stream-K over 1 and 2 CTAs per SM, rotated weights:
     the table heuristics.w8a8_promote_choice is set from."""
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import W8A8PromoteSpec
+    from cutlass_gen.families.w8a8 import W8A8PromoteSpec
     from qgemm._runtime import target_sm_for
     target = target_sm_for(torch.cuda.get_device_capability())
     torch.manual_seed(0)

@@ -14,8 +14,8 @@ import math
 import torch
 
 import qgemm
-from qgemm import heuristics
-from qgemm.w8a8_gemv import gemv_applies
+from qgemm.w8a8 import heuristics
+from qgemm.w8a8.gemv import gemv_applies
 from qgemm.bench.timing import copy_bandwidth, geomean, l2_bytes, rotation_count, timed, timed_rotating
 
 DECODE_MS = [1, 4, 16]

@@ -1,5 +1,5 @@
 """Where ResNet-50's first convolution (3 -> 64 channels, 7x7 stride 2, folded to 16 channels, 4x4
-stride 1: qgemm/conv_fold.py) spends its time: the per-call fold of the input alone, the kernel
+stride 1: qgemm/conv/fold.py) spends its time: the per-call fold of the input alone, the kernel
 alone on an input folded beforehand (a plan of the folded convolution), the whole plan, and cuDNN
 FP16 on the original convolution.
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm.conv.quant import ConvInt8Quant
 from timing import timed
 
 

@@ -14,7 +14,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm.conv.quant import ConvInt8Quant
 from bench_conv import label
 from timing import timed
 

@@ -9,8 +9,8 @@ import torch
 
 import qgemm
 from cutlass_gen.build import build_many
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
-from qgemm import heuristics
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
+from qgemm.fp8 import heuristics
 from timing import bench_graph
 
 SHAPES_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]

@@ -11,7 +11,7 @@ import time
 import torch
 
 import qgemm
-from qgemm import w8a8
+from qgemm.w8a8 import plan as w8a8
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--m", type=int, default=1)

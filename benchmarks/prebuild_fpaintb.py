@@ -10,7 +10,7 @@ import argparse
 
 from cutlass_gen.build import build_many
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import FpAIntBGemvSpec
+from cutlass_gen.families.fpaintb import FpAIntBGemvSpec
 
 
 def test_specs() -> list:

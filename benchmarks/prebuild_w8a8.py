@@ -11,7 +11,7 @@ import time
 
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import W8A8Sm90Spec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
 
 
 def test_specs() -> list:

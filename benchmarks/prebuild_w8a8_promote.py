@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 
 from cutlass_gen.build import build_many
-from cutlass_gen.catalog import (W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, catalog,
-                                 w8a8_promote_spec)
-from cutlass_gen.specs import ActQuantSpec, W8A8PromoteSpec
-from qgemm.heuristics import w8a8_spec
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
+from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8PromoteSpec
+from qgemm.w8a8.heuristics import w8a8_spec
 
 
 def specs_for(target_sm: int) -> list:

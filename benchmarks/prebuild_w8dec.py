@@ -12,8 +12,8 @@ import time
 
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import W8A8GemvSpec
-from qgemm import heuristics
+from cutlass_gen.families.w8a8 import W8A8GemvSpec
+from qgemm.w8a8 import heuristics
 
 SHAPES = [(4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (2112, 7168), (7168, 2048)]
 

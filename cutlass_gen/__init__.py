@@ -2,7 +2,8 @@
 
 Nothing here needs a GPU or a CUDA driver; only `build` needs nvcc.
 """
-from .specs import ActQuantSpec, KernelSpec, W8A8GemmSpec, SUPPORTED_TARGETS
+from .spec import SUPPORTED_TARGETS, KernelSpec
+from .families.w8a8 import ActQuantSpec, W8A8GemmSpec
 from .render import RenderedKernel, render
 from .catalog import catalog
 

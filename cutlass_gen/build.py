@@ -48,7 +48,7 @@ from typing import Callable, Iterable, Iterator
 
 from .paths import TemplatesNotFoundError, extensions_include_dir
 from .render import RenderedKernel, render
-from .specs import KernelSpec
+from .spec import KernelSpec
 from .toolchain import Toolchain, ToolchainError, toolchain
 
 logger = logging.getLogger("qgemm.build")

@@ -23,7 +23,7 @@ from pathlib import Path
 from .catalog import catalog, families
 from .paths import TemplatesNotFoundError, generated_dir, templates_dir
 from .render import render
-from .specs import SUPPORTED_TARGETS, KernelSpec
+from .spec import SUPPORTED_TARGETS, KernelSpec
 
 logger = logging.getLogger("qgemm")
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from .paths import templates_dir
-from .specs import KernelSpec
+from .spec import KernelSpec
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         template=spec.template,
         spec_json=spec.to_json(),
         spec_repr=repr(spec),
+        slot=spec.SLOTS,
         **spec.template_context(),
     )
     return RenderedKernel(spec=spec, source=source)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import extensions_include_dir
-from .specs import SUPPORTED_TARGETS
+from .spec import SUPPORTED_TARGETS
 
 
 class ToolchainError(RuntimeError):

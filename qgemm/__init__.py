@@ -13,10 +13,10 @@ from .w8a8 import (
 )
 from .fp8 import Fp8Activations, Fp8GemmPlan, Fp8Weight, fp8_linear, quantize_activations_fp8
 from .fpaintb import FpAIntBPlan, IntBWeight, fpaintb_linear
-from .conv import ConvInt8Plan, conv2d_int8
-from .conv_quant import ConvInt8Quant
-from .conv_fpaintb import FpAIntBConvPlan, IntConvWeight, conv2d_fpaintb
-from . import nn, reference, wq_format
+from .conv import ConvInt8Plan, ConvInt8Quant, FpAIntBConvPlan, IntConvWeight, conv2d_fpaintb, conv2d_int8
+from .conv import quant as conv_quant  # qgemm.conv_quant.quantize_weight (docs/guide.md)
+from .fpaintb import wq_format
+from . import nn, reference
 from .quantize import (
     ConvCalibration,
     Fp8BlockwiseConfig,

@@ -95,3 +95,10 @@ def index_limit(name: str, value: int, limit: int = INT32_LIMIT, why: str = "32-
     if value > limit:
         raise ValueError(f"{name} is {value}, beyond the {limit} the kernel addresses ({why}): "
                          f"split the call (fewer rows, or smaller batches)")
+
+
+def bias(t, length: int, device, dtypes: tuple = (torch.float32, torch.float16, torch.bfloat16)):
+    """A plan's bias: 1-D, `length` elements of one of `dtypes`, on the weight's `device`."""
+    tensor("bias", t, dtypes, ndim=1)
+    shape("bias", t, (length,))
+    same_device("bias", t, device)

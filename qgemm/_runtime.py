@@ -13,7 +13,7 @@ import torch
 
 from cutlass_gen.build import build, find_artifact
 from cutlass_gen.paths import TemplatesNotFoundError
-from cutlass_gen.specs import KernelSpec
+from cutlass_gen.spec import KernelSpec
 from cutlass_gen.toolchain import ToolchainError
 
 from . import _driver
@@ -189,14 +189,22 @@ def zeroed_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None:
     return torch.zeros(int(nbytes), dtype=torch.uint8, device=device)
 
 
-def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, ctas_slot: int = 2):
-    """kernel.plan(p) with the stream-K CTA count of choice.ctas_per_sm written to p.ext[ctas_slot]:
-    the CTAs that fit on the GPU at once, at most ctas_per_sm per SM. Returns (launch, ctas)."""
-    p.ext[ctas_slot] = 0
+def plan_launch(kernel, p: QgemmProblem, choice, sm_count: int, device_index: int, slots=None):
+    """kernel.plan(p) with the stream-K CTA count of choice.ctas_per_sm written to the slot named
+    ctas (`slots`, the kernel spec's SLOTS; None: ext[2], where every stream-K family has it): the
+    CTAs that fit on the GPU at once, at most ctas_per_sm per SM. Returns (launch, ctas)."""
+    def write(ctas: int):
+        if slots is None:
+            p.ext[2] = ctas
+        else:
+            slots.write(p, ctas=ctas)
+
+    write(0)
     launch = kernel.plan(p)
     ctas = 0
     if choice.ctas_per_sm:
         fit = kernel.ctas_per_sm(launch, device_index)
-        ctas = p.ext[ctas_slot] = max(1, round(sm_count * min(fit, choice.ctas_per_sm)))
+        ctas = max(1, round(sm_count * min(fit, choice.ctas_per_sm)))
+        write(ctas)
         launch = kernel.plan(p)
     return launch, ctas

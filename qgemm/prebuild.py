@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from cutlass_gen.build import Artifact, build_many
 from cutlass_gen.catalog import catalog, families
-from cutlass_gen.specs import SUPPORTED_TARGETS, KernelSpec
+from cutlass_gen.spec import SUPPORTED_TARGETS, KernelSpec
 
 logger = logging.getLogger("qgemm")
 

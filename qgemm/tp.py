@@ -55,9 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cutlass_gen.fpaintb_layout import layout as fpaintb_layout
+from cutlass_gen.families.fpaintb_layout import layout as fpaintb_layout
 
-from . import wq_format
+from .fpaintb import wq_format
 from .fp8 import GROUP as FP8_BLOCK, N_ALIGNMENT as FP8_N_ALIGNMENT
 from .fpaintb import GROUP_SIZES as FPAINTB_GROUP_SIZES, IntBWeight
 from .nn import Fp8Linear, QuantLinear, W8A8Linear

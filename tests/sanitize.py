@@ -28,7 +28,9 @@ def _drive(family: str) -> int:
 
     import qgemm
     from cutlass_gen.catalog import catalog
-    from qgemm import heuristics
+    from qgemm.fp8.heuristics import Fp8Choice
+    from qgemm.fpaintb.heuristics import FpAIntBChoice
+    from qgemm.w8a8.heuristics import W8A8PromoteChoice, W8A8Sm90Choice
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     target = 90 if sm90 else 80
@@ -47,7 +49,7 @@ def _drive(family: str) -> int:
             print(f"  skip {what}: {e}", flush=True)
 
     if family == "fp8" and sm90:
-        from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+        from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
         w = qgemm.Fp8Weight.from_float(rand(136, 384, dtype=torch.float32, scale=0.05))
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             attempt(f"fp8_act_quant {dtype}", lambda: qgemm.quantize_activations_fp8(rand(17, 384, dtype=dtype)))
@@ -55,7 +57,7 @@ def _drive(family: str) -> int:
         for spec in catalog(90, Fp8BlockwiseGemmSpec.family):
             plan = qgemm.Fp8GemmPlan(w, bias=rand(136, dtype=torch.float32), out_dtype=out_dtypes[spec.output])
             xa = qgemm.quantize_activations_fp8(rand(17, 384, dtype=torch.bfloat16))
-            attempt(spec.name, lambda: plan.gemm(xa, choice=heuristics.Fp8Choice(spec)))
+            attempt(spec.name, lambda: plan.gemm(xa, choice=Fp8Choice(spec)))
     elif family == "w8a8":
         for symmetric in (False, True):
             for bs in qgemm.w8a8.BLOCK_SIZES:
@@ -71,7 +73,7 @@ def _drive(family: str) -> int:
                                           bias=rand(136, dtype=torch.float32), launch_mode="sm90")
                 xq = qgemm.quantize_activations(rand(17, 2 * spec.block_size), spec.block_size,
                                                 symmetric=spec.scheme == "symmetric")
-                attempt(spec.name, lambda: plan.gemm(xq, choice=heuristics.W8A8Sm90Choice(spec)))
+                attempt(spec.name, lambda: plan.gemm(xq, choice=W8A8Sm90Choice(spec)))
         for spec in catalog(target, "w8a8_gemm_promote"):  # on sm90: the sm80 kernels, built for sm_90a
             w = qgemm.W8A8Weight.from_float(rand(132, 320, dtype=torch.float32, scale=0.05), 64, scheme=spec.scheme)
             plan = qgemm.W8A8GemmPlan(w, activation="relu", out_dtype=out_dtypes[spec.output],
@@ -79,13 +81,13 @@ def _drive(family: str) -> int:
             xq = qgemm.quantize_activations(rand(17, 320), 64, symmetric=spec.scheme == "symmetric")
             for ctas_per_sm in (0, 2):  # one CTA per tile; stream-K (partials, counters)
                 attempt(f"{spec.name} ctas_per_sm={ctas_per_sm}",
-                        lambda: plan.gemm(xq, choice=heuristics.W8A8PromoteChoice(spec, ctas_per_sm)))
+                        lambda: plan.gemm(xq, choice=W8A8PromoteChoice(spec, ctas_per_sm)))
         w = qgemm.W8A8Weight.from_float(rand(132, 256, dtype=torch.float32, scale=0.05), 64)
         plan = qgemm.W8A8GemmPlan(w, launch_mode="chained")
         for m in (1, 17, 300):
             attempt(f"w8a8 chained M={m}", lambda: plan(rand(m, 256)))
     elif family == "fpaintb":
-        from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+        from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
         for dtype, act in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
             for bits in (4, 8):
                 weight = qgemm.IntBWeight.from_float(rand(136, 704, dtype=torch.float32, scale=0.05), bits=bits,
@@ -96,12 +98,12 @@ def _drive(family: str) -> int:
                         if (spec.act, spec.bits) != (act, bits):
                             continue
                         m = 3 if fam == FpAIntBGemvSpec.family else 17
-                        attempt(spec.name, lambda: plan(rand(m, 704, dtype=dtype), choice=heuristics.FpAIntBChoice(spec)))
+                        attempt(spec.name, lambda: plan(rand(m, 704, dtype=dtype), choice=FpAIntBChoice(spec)))
                         if fam == FpAIntBGemmSpec.family:
                             attempt(spec.name + " stream-K", lambda: plan(
-                                rand(m, 704, dtype=dtype), choice=heuristics.FpAIntBChoice(spec, 2)))
+                                rand(m, 704, dtype=dtype), choice=FpAIntBChoice(spec, 2)))
     elif family == "conv_fpaintb":
-        from cutlass_gen.specs import FpAIntBConvSpec
+        from cutlass_gen.families.conv import FpAIntBConvSpec
         for dtype, act in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
             for bits in (4, 8):
                 q = qgemm.IntConvWeight.from_float(torch.randn(24, 32, 3, 3) * 0.1, bits, 32)
@@ -111,8 +113,8 @@ def _drive(family: str) -> int:
                     if (spec.act, spec.bits) != (act, bits):
                         continue
                     x = rand(2, 9, 11, 32, dtype=dtype)
-                    attempt(spec.name, lambda: plan(x, choice=heuristics.FpAIntBChoice(spec)))
-                    attempt(spec.name + " stream-K", lambda: plan(x, choice=heuristics.FpAIntBChoice(spec, 2)))
+                    attempt(spec.name, lambda: plan(x, choice=FpAIntBChoice(spec)))
+                    attempt(spec.name + " stream-K", lambda: plan(x, choice=FpAIntBChoice(spec, 2)))
     elif family == "conv_int8":
         specs = catalog(target, "conv2d_int8") + (catalog(90, "conv2d_int8_sm90") if sm90 else [])
         quant = qgemm.ConvInt8Quant(0.02, 3, torch.rand(32) * 0.01 + 0.001, 0.5, -7, "relu")

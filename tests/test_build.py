@@ -26,7 +26,8 @@ from cutlass_gen.build import (
     write_manifest,
 )
 from cutlass_gen.render import RenderedKernel, render
-from cutlass_gen.specs import ActQuantSpec, W8A8GemmSpec, spec_from_dict
+from cutlass_gen.spec import spec_from_dict
+from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8GemmSpec
 from cutlass_gen.toolchain import Toolchain, ToolchainError, find_nvcc, gencode_flags
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 

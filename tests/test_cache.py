@@ -27,7 +27,7 @@ from cutlass_gen.build import (
     write_manifest,
 )
 from cutlass_gen.paths import REPO_ROOT, TemplatesNotFoundError
-from cutlass_gen.specs import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec
 
 SPEC = ActQuantSpec("f32")
 OTHER = ActQuantSpec("f16")
@@ -48,7 +48,7 @@ def modes(root: Path) -> dict[str, str]:
 def test_four_processes_compile_one_kernel_once(tmp_cache, fake_nvcc):
     """Four processes started together on an empty cache: one compiles, three wait on the lock and
     load its artifact."""
-    code = ("import sys; from cutlass_gen.build import build; from cutlass_gen.specs import ActQuantSpec; "
+    code = ("import sys; from cutlass_gen.build import build; from cutlass_gen.families.w8a8 import ActQuantSpec; "
             "print(build(ActQuantSpec('f32'), 75).directory)")
     env = subprocess_env(FAKE_NVCC_SLEEP="1")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -256,7 +256,7 @@ def test_signal_during_qgemm_build_stops_within_3s(tmp_cache, fake_nvcc, sig, co
 
 def test_ctrl_c_during_a_first_use_build(tmp_cache, fake_nvcc):
     """The single build a first call makes (main thread, no pool) also stops at once and cleans up."""
-    code = ("from cutlass_gen.build import build; from cutlass_gen.specs import ActQuantSpec\n"
+    code = ("from cutlass_gen.build import build; from cutlass_gen.families.w8a8 import ActQuantSpec\n"
             "try:\n    build(ActQuantSpec('f32'), 75)\nexcept KeyboardInterrupt:\n    raise SystemExit(130)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], env=subprocess_env(FAKE_NVCC_SLEEP="60"),
                             stderr=subprocess.PIPE, text=True)

@@ -16,7 +16,7 @@ import qgemm
 from qgemm import reference, safetensors_io, wq_format
 from qgemm.checkpoint import CheckpointError, load_quantized, parse_quantization_config
 from qgemm.nn import Fp8Linear, QuantLinear, W8A8Linear
-from qgemm.wq_format import IntWeight
+from qgemm.fpaintb.wq_format import IntWeight
 
 LAYERS = {"model.layers.0.up_proj": (256, 128, False), "model.layers.0.down_proj": (128, 256, True)}  # K, N, bias
 

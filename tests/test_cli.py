@@ -9,7 +9,7 @@ import pytest
 from cutlass_gen import cli
 from cutlass_gen.catalog import catalog
 from cutlass_gen.paths import REPO_ROOT
-from cutlass_gen.specs import SUPPORTED_TARGETS
+from cutlass_gen.spec import SUPPORTED_TARGETS
 
 
 def all_catalog_names() -> set[str]:

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import qgemm
-from qgemm import heuristics
+from qgemm.fp8.heuristics import Fp8Choice
+from qgemm.fpaintb.heuristics import FpAIntBChoice, FpAIntBSm90Choice
 
 from gpu_util import randn, rel_err
 
@@ -81,12 +82,12 @@ def _int_compare(out, expected):
 
 
 def _fp8(streamk: bool) -> Case:
-    from cutlass_gen.specs import Fp8BlockwiseGemmSpec
+    from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
     w = qgemm.Fp8Weight.from_float(randn(1024, 2048, seed=1) * 0.05)
     plan = qgemm.Fp8GemmPlan(w)
     choice = None
     if streamk:  # the stream-K scheduler's workspace (test_fp8_gpu.py builds the same kernel)
-        choice = heuristics.Fp8Choice(Fp8BlockwiseGemmSpec((128, 64), (1, 1), "cooperative", True, "bf16",
+        choice = Fp8Choice(Fp8BlockwiseGemmSpec((128, 64), (1, 1), "cooperative", True, "bf16",
                                                            scheduler="streamk"))
 
     def call(x, out=None):
@@ -106,12 +107,12 @@ def _w8a8(mode: str, scheme: str) -> Case:
 
 def _fpaintb(streamk: bool) -> Case:
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import FpAIntBGemmSpec
+    from cutlass_gen.families.fpaintb import FpAIntBGemmSpec
     weight = qgemm.IntBWeight.from_float(randn(512, 4096, seed=7) * 0.05, bits=4, group_size=128)
     plan = qgemm.FpAIntBPlan(weight)
     target = 90 if _is_sm90() else 80
     spec = next(s for s in catalog(target, FpAIntBGemmSpec.family) if s.act == "f16" and s.bits == 4)
-    choice = heuristics.FpAIntBChoice(spec, 2) if streamk else None
+    choice = FpAIntBChoice(spec, 2) if streamk else None
     return Case(lambda x, out=None: plan(x, out, choice=choice),
                 [randn(5, 4096, dtype=torch.float16, seed=8), randn(70, 4096, dtype=torch.float16, seed=9)],
                 _float_compare(2e-3))
@@ -120,10 +121,10 @@ def _fpaintb(streamk: bool) -> Case:
 def _fpaintb_sm90() -> Case:
     """The Sm90 FpA x IntB kernel on its stream-K scheduler (each call's workspace flags zeroed in the
     call: in a graph, by the graph's own memset on its own buffer)."""
-    from cutlass_gen.specs import FpAIntBSm90Spec
+    from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
     weight = qgemm.IntBWeight.from_float(randn(512, 4096, seed=7) * 0.05, bits=4, group_size=128, symmetric=False)
     plan = qgemm.FpAIntBPlan(weight)
-    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"), splits=4)
+    choice = FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk"), splits=4)
     return Case(lambda x, out=None: plan(x, out, choice=choice),
                 [randn(5, 4096, dtype=torch.float16, seed=8), randn(70, 4096, dtype=torch.float16, seed=9)],
                 _float_compare(2e-3))
@@ -135,7 +136,7 @@ def _conv_fpaintb() -> Case:
     weight = qgemm.IntConvWeight(q.q.cuda(), q.scale.cuda(), q.offset.cuda(), 4, 32)
     plan = qgemm.FpAIntBConvPlan(weight, padding=1)
     spec = plan.choice(1, 14, 14).spec
-    choice = heuristics.FpAIntBChoice(spec, 2)  # stream-K: the counters that conv_fpaintb shared too
+    choice = FpAIntBChoice(spec, 2)  # stream-K: the counters that conv_fpaintb shared too
     return Case(lambda x, out=None: plan(x, out, choice=choice),
                 [randn(1, 14, 14, 64, dtype=torch.float16, seed=11), randn(3, 14, 14, 64, dtype=torch.float16, seed=12)],
                 _float_compare(2e-3))

@@ -12,12 +12,14 @@ import qgemm
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBConvSpec, FpAIntBGemmSpec
-from qgemm import _checks, heuristics
-from qgemm import conv_fpaintb as conv_mod
+from cutlass_gen.families.conv import FpAIntBConvSpec
+from cutlass_gen.families.fpaintb import FpAIntBGemmSpec
+from qgemm import _checks
+from qgemm.conv import heuristics
+from qgemm.conv import fpaintb as conv_mod
 from qgemm._abi import HostLibrary, QgemmProblem
-from qgemm.conv import _pack
-from qgemm.fpaintb_pack import unpack
+from qgemm.conv.int8 import _pack
+from qgemm.fpaintb.pack import unpack
 
 from conftest import requires_nvcc
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import FpAIntBConvSpec
-from qgemm import heuristics
+from cutlass_gen.families.conv import FpAIntBConvSpec
+from qgemm.conv import heuristics
 
 from gpu_util import randn, rel_err
 

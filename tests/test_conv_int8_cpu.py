@@ -13,14 +13,17 @@ import torch.nn.functional as F
 from conftest import requires_nvcc
 
 import qgemm
-import qgemm.conv as conv_mod
+import qgemm.conv.int8 as conv_mod
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import ConvInt8Spec, spec_from_dict
-from qgemm import _checks, conv_quant, heuristics
+from cutlass_gen.families.conv import ConvInt8Spec
+from cutlass_gen.spec import spec_from_dict
+from qgemm import _checks
+from qgemm.conv import heuristics
+from qgemm.conv import quant as conv_quant
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmLaunch, QgemmProblem
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm.conv.quant import ConvInt8Quant
 
 from test_conv_quant_cpu import accumulate
 
@@ -446,7 +449,7 @@ _FOLD_GEOMETRIES = [  # (H, W, Ci, kernel, stride, padding)
 def test_folded_convolution_is_the_convolution(h, w, ci, kernel, stride, padding):
     """StrideFold's input and weight give, stride 1 and unpadded, the accumulator of the original
     convolution with its padding valued Z_I: every image row a folded output reads, no other."""
-    from qgemm.conv_fold import StrideFold
+    from qgemm.conv.fold import StrideFold
     g = torch.Generator().manual_seed(h * w)
     x = torch.randint(-128, 128, (2, h, w, ci), generator=g, dtype=torch.int8)
     w_q = torch.randint(-127, 128, (5, *kernel, ci), generator=g, dtype=torch.int8)

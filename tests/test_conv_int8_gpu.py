@@ -24,9 +24,10 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import ConvInt8Sm90Spec
-from qgemm import conv_quant, reference
-from qgemm.conv_quant import ConvInt8Quant
+from cutlass_gen.families.conv import ConvInt8Sm90Spec
+from qgemm import reference
+from qgemm.conv import quant as conv_quant
+from qgemm.conv.quant import ConvInt8Quant
 
 from test_conv_quant_cpu import accumulate
 

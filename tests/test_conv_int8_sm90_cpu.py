@@ -17,8 +17,10 @@ import qgemm
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec, spec_from_dict
-from qgemm import conv_quant, heuristics
+from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec
+from cutlass_gen.spec import spec_from_dict
+from qgemm.conv import heuristics
+from qgemm.conv import quant as conv_quant
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary
 
 from test_conv_int8_cpu import conv_problem, fake_gpu, layer, x_nhwc  # noqa: F401 (fake_gpu: a fixture)

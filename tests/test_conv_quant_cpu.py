@@ -1,4 +1,4 @@
-"""Requantization math of the int8 convolution (qgemm/conv_quant.py) against the definition.
+"""Requantization math of the int8 convolution (qgemm/conv/quant.py) against the definition.
 
 The integer path (int32 accumulator with zero padding + border correction + FusedBias, one float32
 multiply, round half to even) must match the float64 reference (dequantize, convolve with real
@@ -12,8 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qgemm import conv_quant, reference
-from qgemm.conv_quant import ConvInt8Quant
+from qgemm import reference
+from qgemm.conv import quant as conv_quant
+from qgemm.conv.quant import ConvInt8Quant
 
 
 def accumulate(x_q, w_q, stride, padding, dilation):

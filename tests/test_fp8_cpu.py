@@ -10,11 +10,13 @@ import torch
 from conftest import requires_nvcc
 
 import qgemm
-import qgemm.fp8 as fp8_mod
+import qgemm.fp8.plan as fp8_mod
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec, spec_from_dict
-from qgemm import _checks, heuristics, reference
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec
+from cutlass_gen.spec import spec_from_dict
+from qgemm import _checks, reference
+from qgemm.fp8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 
 SWAP16 = Fp8BlockwiseGemmSpec((128, 16), (1, 1), "cooperative", True, "bf16", scheduler="streamk")

@@ -22,8 +22,9 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import Fp8BlockwiseGemmSpec
-from qgemm import heuristics, reference
+from cutlass_gen.families.fp8 import Fp8BlockwiseGemmSpec
+from qgemm import reference
+from qgemm.fp8 import heuristics
 
 from gpu_util import poison_allocator, randn, rel_err
 

@@ -8,13 +8,14 @@ import torch
 import qgemm
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
-from cutlass_gen.fpaintb_layout import LAYOUTS, layout
+from cutlass_gen.families.fpaintb_layout import LAYOUTS, layout
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
-from qgemm import _checks, heuristics, wq_format
-from qgemm import fpaintb as fpaintb_mod
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from qgemm import _checks, wq_format
+from qgemm.fpaintb import heuristics
+from qgemm.fpaintb import plan as fpaintb_mod
 from qgemm._abi import HostLibrary, QgemmProblem
-from qgemm.fpaintb_pack import pack, unpack
+from qgemm.fpaintb.pack import pack, unpack
 
 from conftest import requires_nvcc
 
@@ -22,7 +23,7 @@ from conftest import requires_nvcc
 # --- the packed layout ---------------------------------------------------------------------------
 
 def pack_by_definition(u: torch.Tensor, bits: int) -> torch.Tensor:
-    """The layout spelled out element by element from cutlass_gen/fpaintb_layout.py's docstring
+    """The layout spelled out element by element from cutlass_gen/families/fpaintb_layout.py's docstring
     (slow; an independent check of the vectorized packer)."""
     lay = layout(bits)
     k, n = u.shape
@@ -191,7 +192,7 @@ def test_heuristic_choices_are_in_the_catalog():
 
 
 def test_heuristic_tiles():
-    """The sweep's choices (qgemm/heuristics.py) on an H100's 132 SMs."""
+    """The sweep's choices (qgemm/fpaintb/heuristics.py) on an H100's 132 SMs."""
     decode = heuristics.fpaintb_choice(1, 4096, 11008, 4, "f16", 80, 132).spec
     assert (decode.stream, decode.rows8, decode.n_tiles, decode.warps_k, decode.min_warps_per_sm) == (True, True, 2, 8, 16)
     # measured (heuristics.FPAINTB_STREAM_*): 32-column CTAs for INT4 from N = 12288, and the tiled

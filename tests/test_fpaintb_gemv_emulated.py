@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBGemvSpec
+from cutlass_gen.families.fpaintb import FpAIntBGemvSpec
 from cutlass_gen.toolchain import cutlass_include_dirs
 from qgemm import wq_format
 from qgemm._abi import QgemmLaunch, QgemmProblem

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
-from qgemm import heuristics, wq_format
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+from qgemm import wq_format
+from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
 from gpu_util import randn, rel_err
@@ -425,7 +426,7 @@ def test_graph_capture_and_side_stream():
 @pytest.mark.parametrize("bits", (4, 8))
 def test_packing_on_the_gpu_matches_the_cpu(bits):
     """Large checkpoints are packed where they are: the torch packer gives the same bytes on the GPU."""
-    from qgemm.fpaintb_pack import pack, unpack
+    from qgemm.fpaintb.pack import pack, unpack
     g = torch.Generator().manual_seed(bits)
     u = torch.randint(0, 2 ** bits, (4096, 1024), generator=g, dtype=torch.uint8)
     on_gpu = pack(u.cuda(), bits)

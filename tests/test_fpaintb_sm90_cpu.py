@@ -13,12 +13,16 @@ import torch
 from conftest import requires_nvcc
 
 from cutlass_gen.build import build, find_artifact
-from cutlass_gen.catalog import FPAINTB_SM90_SWEEP_CONFIGS, catalog, fpaintb_sm90_specs
-from cutlass_gen.fpaintb_layout import sm90_layout
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.fpaintb import FPAINTB_SM90_SWEEP_CONFIGS, fpaintb_sm90_specs
+from cutlass_gen.families.fpaintb_layout import sm90_layout
 from cutlass_gen.paths import extensions_include_dir
 from cutlass_gen.render import render
-from cutlass_gen.specs import FpAIntBSm90Spec, spec_from_dict
-from qgemm import fpaintb_pack, heuristics, wq_format
+from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
+from cutlass_gen.spec import spec_from_dict
+from qgemm import wq_format
+from qgemm.fpaintb import heuristics
+from qgemm.fpaintb import pack as fpaintb_pack
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 
 FAMILY = FpAIntBSm90Spec.family
@@ -303,7 +307,7 @@ def test_host_library_make_params_rejects_null_operands_before_the_driver(host):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    import qgemm.fpaintb as fpaintb_mod
+    import qgemm.fpaintb.plan as fpaintb_mod
     from qgemm import _checks
 
     def use(capability=(9, 0)):

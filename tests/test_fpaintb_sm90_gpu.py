@@ -7,7 +7,7 @@ weight (u - zero) * scale in float64, plus bias, then the activation (tests/test
 Error bound (||out - ref|| / ||ref||), the same as the Sm80 kernels': 2e-3 for FP16, 1e-2 for BF16.
 The kernel forms each weight as w' = q * scale + zero' in the activation type, with signed codes
 q = u - 2^(bits-1) (exact) and zero' = scale * (2^(bits-1) - zero) rounded once to that type
-(qgemm/fpaintb_pack.py sm90_zero). With unit roundoff eps (2^-11 FP16, 2^-8 BF16) each weight is off
+(qgemm/fpaintb/pack.py sm90_zero). With unit roundoff eps (2^-11 FP16, 2^-8 BF16) each weight is off
 by at most eps (|q scale| + |zero'| + |w|) (tests/test_fpaintb_sm90_cpu.py checks this arithmetic
 element by element); with |q|, |2^(bits-1) - zero| <= 2^(bits-1) that is a few eps of |w|, random in
 sign, about 1.2 eps RMS relative to the weight's RMS for random codes and zero points. FP32 WGMMA
@@ -26,8 +26,9 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import FpAIntBSm90Spec
-from qgemm import heuristics, wq_format
+from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
+from qgemm import wq_format
+from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
 from gpu_util import poison_allocator, randn, rel_err
@@ -217,7 +218,7 @@ def test_cuda_graph_and_two_streams(scheduler):
 
 @pytest.mark.parametrize("bits", (4, 8))
 def test_sm90_packing_on_the_gpu_matches_the_cpu(bits):
-    from qgemm.fpaintb_pack import pack_sm90, unpack_sm90
+    from qgemm.fpaintb.pack import pack_sm90, unpack_sm90
     g = torch.Generator().manual_seed(bits)
     u = torch.randint(0, 2 ** bits, (1024, 520), generator=g, dtype=torch.uint8)
     on_gpu = pack_sm90(u.cuda(), bits)

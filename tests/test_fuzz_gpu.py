@@ -175,7 +175,7 @@ _ACT = {"none": lambda t: t, "relu": F.relu, "silu": F.silu, "gelu": F.gelu, "re
 
 
 def test_fuzz_fpaintb():
-    from cutlass_gen.fpaintb_layout import layout
+    from cutlass_gen.families.fpaintb_layout import layout
     bounds = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
     def one(rng, i):
@@ -209,7 +209,7 @@ def test_fuzz_fpaintb():
 # --- FpA x IntB conv --------------------------------------------------------------------------------
 
 def test_fuzz_conv_fpaintb():
-    from cutlass_gen.fpaintb_layout import layout
+    from cutlass_gen.families.fpaintb_layout import layout
     bounds = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
     def one(rng, i):

@@ -117,8 +117,8 @@ def test_w8a8_large(m, n, k):
 ])
 def test_fpaintb_large(m, n, k, forced):
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import FpAIntBGemmSpec
-    from qgemm import heuristics
+    from cutlass_gen.families.fpaintb import FpAIntBGemmSpec
+    from qgemm.fpaintb import heuristics
     weight = qgemm.IntBWeight.from_float(randn((n, k), 5, scale=0.05), bits=4, group_size=64)
     plan = qgemm.FpAIntBPlan(weight)
     choice = None

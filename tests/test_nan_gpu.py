@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from qgemm import heuristics, reference
+from qgemm import reference
+from qgemm.fpaintb import heuristics
 
 from gpu_util import randn, rel_err
 
@@ -150,7 +151,7 @@ def _fpaintb_choices(dtype, bits):
     """One choice per kernel kind: the GEMV, the tiled GEMM with one CTA per tile and with stream-K,
     and dequantize-then-cuBLAS."""
     from cutlass_gen.catalog import catalog
-    from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
+    from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec
     target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
     act = qgemm.fpaintb.ACT_DTYPES[dtype]
 

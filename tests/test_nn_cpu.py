@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 import qgemm
-from qgemm import _checks, conv_quant, reference, safetensors_io, wq_format
-from qgemm import fp8 as fp8_mod
-from qgemm import fpaintb as fpaintb_mod
-from qgemm import w8a8 as w8a8_mod
+from qgemm import _checks, reference, safetensors_io, wq_format
+from qgemm.conv import quant as conv_quant
+from qgemm.fp8 import plan as fp8_mod
+from qgemm.fpaintb import plan as fpaintb_mod
+from qgemm.w8a8 import plan as w8a8_mod
 from qgemm.nn import Fp8Linear, IntWeightConv2d, QuantConv2d, QuantLinear, W8A8Linear
 
 
@@ -357,7 +358,7 @@ def test_plans_are_lazy_and_dropped_on_move_and_load(fake_gpu):
 
 
 def test_conv_plans(fake_gpu, monkeypatch):
-    from qgemm import conv as conv_mod
+    from qgemm.conv import int8 as conv_mod
     monkeypatch.setattr(conv_mod, "sm_count", lambda device: 132)
     module, _ = modules()["conv_int8"]
     plan = module.plan()

@@ -23,7 +23,7 @@ from conftest import FAKE_NVCC, fake_compiles, requires_nvcc
 
 from cutlass_gen.catalog import catalog
 from cutlass_gen.paths import REPO_ROOT
-from cutlass_gen.specs import SUPPORTED_TARGETS
+from cutlass_gen.spec import SUPPORTED_TARGETS
 
 TEMPLATE_SUFFIXES = (".j2", ".h", ".hpp")
 SOURCE_FILES = ("cutlass_gen", "qgemm", "templates", "tests", "pyproject.toml", "setup.py", "MANIFEST.in",
@@ -152,7 +152,7 @@ LOAD_WITHOUT_TEMPLATES = """
 import sys
 sys.modules["jinja2"] = None  # hidden: importing it raises ImportError
 from cutlass_gen.build import find_artifact
-from cutlass_gen.specs import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec
 art = find_artifact(ActQuantSpec("f32"), 75)
 print(art.directory if art else "NOT FOUND")
 """
@@ -207,7 +207,7 @@ def test_installed_wheel_compiles_and_loads_a_kernel_without_templates_or_nvcc(v
     run([str(venv / "bin" / "qgemm"), "build", "--sm", "75", "--family", "act_quant", "--kernels", "*_f32_s8"],
         cwd=elsewhere, env=venv_env(tmp_path), timeout=600)
     load = ("import sys; sys.modules['jinja2'] = None\n"
-            "from qgemm._runtime import get_kernel\nfrom cutlass_gen.specs import ActQuantSpec\n"
+            "from qgemm._runtime import get_kernel\nfrom cutlass_gen.families.w8a8 import ActQuantSpec\n"
             "k = get_kernel(ActQuantSpec('f32'), 75)\nprint(k.host.entry_name, k.host.path)\n")
     no_tools = venv_env(tmp_path, PATH=str(venv / "bin"), QGEMM_NVCC=str(tmp_path / "no-nvcc"))
     no_tools.pop("CUDA_HOME", None)

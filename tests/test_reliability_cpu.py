@@ -13,8 +13,12 @@ import torch
 import qgemm
 from cutlass_gen.paths import templates_dir
 from cutlass_gen.render import render
-from cutlass_gen.specs import Fp8ActQuantSpec
-from qgemm import _checks, conv_quant, fp8, fpaintb, reference, w8a8
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec
+from qgemm import _checks, reference
+from qgemm.conv import quant as conv_quant
+from qgemm.fp8 import plan as fp8
+from qgemm.fpaintb import plan as fpaintb
+from qgemm.w8a8 import plan as w8a8
 
 INT32_LIMIT = 2**31 - 1
 

@@ -9,7 +9,8 @@ import pytest
 from cutlass_gen.catalog import catalog, families
 from cutlass_gen.paths import templates_dir
 from cutlass_gen.render import _cpp_string, _environment, render
-from cutlass_gen.specs import SUPPORTED_TARGETS, ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec, spec_from_dict
+from cutlass_gen.spec import SUPPORTED_TARGETS, spec_from_dict
+from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec
 
 
 def all_catalog_specs():

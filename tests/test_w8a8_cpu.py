@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import qgemm
-import qgemm.w8a8 as w8a8_mod
-from qgemm import QuantizedActivations, W8A8GemmPlan, W8A8Weight, _checks, _driver, heuristics, reference
+import qgemm.w8a8.plan as w8a8_mod
+from qgemm import QuantizedActivations, W8A8GemmPlan, W8A8Weight, _checks, _driver, reference
+from qgemm.w8a8 import heuristics
 from qgemm._runtime import target_sm_for
 
 
@@ -135,7 +136,7 @@ def test_reference_gemm_is_float64_product_of_dequantized_operands():
 
 @pytest.mark.parametrize("bs", [32, 128])
 def test_block_sum_epilogue_formula(bs):
-    """The kernel's epilogue (qgemm/w8a8.py docstring, block_dequant_visitor.h) computes, per K-block i,
+    """The kernel's epilogue (qgemm/w8a8/plan.py docstring, block_dequant_visitor.h) computes, per K-block i,
       s_A s_B (A_q B_q^T)_i + s_A o_B sumA_i + o_A (s_B sumB_i + bs o_B)
     from integer block products and sums; summed over blocks it must equal the dequantized product."""
     m, n, k = 6, 8, bs * 4
@@ -342,7 +343,7 @@ def test_driver_raises_no_gpu_error():
 
 def test_get_kernel_without_artifact_or_nvcc(monkeypatch):
     """No prebuilt kernel and no nvcc: KernelUnavailableError that says how to build it."""
-    from cutlass_gen.specs import ActQuantSpec
+    from cutlass_gen.families.w8a8 import ActQuantSpec
     from cutlass_gen.toolchain import ToolchainError
     from qgemm import _runtime
 

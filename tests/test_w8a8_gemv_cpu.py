@@ -12,9 +12,10 @@ from conftest import requires_nvcc
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import W8A8GemvSpec, spec_from_dict
+from cutlass_gen.families.w8a8 import W8A8GemvSpec
+from cutlass_gen.spec import spec_from_dict
 from cutlass_gen.toolchain import toolchain
-from qgemm import heuristics
+from qgemm.w8a8 import heuristics
 
 SHAPES = [(4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (2112, 7168), (7168, 2048)]
 

@@ -16,7 +16,8 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from qgemm import heuristics, reference
+from qgemm import reference
+from qgemm.w8a8 import heuristics
 
 from gpu_util import randn, rel_err
 

@@ -11,12 +11,15 @@ import torch
 from conftest import requires_nvcc
 
 import qgemm
-import qgemm.w8a8 as w8a8_mod
+import qgemm.w8a8.plan as w8a8_mod
 from cutlass_gen.build import build
-from cutlass_gen.catalog import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, catalog, w8a8_promote_spec
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, w8a8_promote_spec
 from cutlass_gen.render import render
-from cutlass_gen.specs import SUPPORTED_TARGETS, W8A8PromoteSpec, W8A8Sm90Spec, spec_from_dict
-from qgemm import _checks, heuristics
+from cutlass_gen.spec import SUPPORTED_TARGETS, spec_from_dict
+from cutlass_gen.families.w8a8 import W8A8PromoteSpec, W8A8Sm90Spec
+from qgemm import _checks
+from qgemm.w8a8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 
 FAMILY = W8A8PromoteSpec.family

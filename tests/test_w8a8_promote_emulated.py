@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from cutlass_gen.render import render
-from cutlass_gen.specs import W8A8PromoteSpec
+from cutlass_gen.families.w8a8 import W8A8PromoteSpec
 from cutlass_gen.toolchain import cutlass_include_dirs
 from qgemm import reference
 from qgemm._abi import QgemmLaunch, QgemmProblem

@@ -21,8 +21,9 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import W8A8PromoteSpec
-from qgemm import heuristics, reference
+from cutlass_gen.families.w8a8 import W8A8PromoteSpec
+from qgemm import reference
+from qgemm.w8a8 import heuristics
 from qgemm._runtime import target_sm_for
 
 from gpu_util import randn, rel_err

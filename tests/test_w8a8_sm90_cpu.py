@@ -9,12 +9,14 @@ import torch
 from conftest import requires_nvcc
 
 import qgemm
-import qgemm.w8a8 as w8a8_mod
+import qgemm.w8a8.plan as w8a8_mod
 from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
-from cutlass_gen.specs import W8A8Sm90Spec, spec_from_dict
-from qgemm import _checks, heuristics, reference
+from cutlass_gen.spec import spec_from_dict
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from qgemm import _checks, reference
+from qgemm.w8a8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 
 

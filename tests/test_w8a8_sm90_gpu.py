@@ -20,8 +20,9 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.specs import W8A8Sm90Spec
-from qgemm import heuristics, reference
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from qgemm import reference
+from qgemm.w8a8 import heuristics
 
 from gpu_util import poison_allocator, randn, rel_err
 

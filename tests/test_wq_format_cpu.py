@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from qgemm import wq_format
-from qgemm.wq_format import AWQ_ORDER, IntWeight, from_awq, from_gptq, pack_awq, pack_gptq, quantize_rtn
+from qgemm.fpaintb.wq_format import AWQ_ORDER, IntWeight, from_awq, from_gptq, pack_awq, pack_gptq, quantize_rtn
 
 
 def gen(seed: int) -> torch.Generator:

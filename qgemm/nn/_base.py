@@ -36,10 +36,6 @@ def check_input(x, in_features: int):
         raise ValueError(f"x must have shape (..., {in_features}), got {shape}")
 
 
-def factory(device, dtype=None) -> dict:
-    return {"device": torch.device(device) if device is not None else None, "dtype": dtype}
-
-
 class QuantModule(nn.Module):
     """Base of the qgemm modules (module docstring). Subclasses register their tensors as buffers,
     implement `_make_plan(key)` (a plan for the buffers' device) and `_reference_forward`."""

@@ -7,12 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import _checks, conv_quant, reference
-from ..conv import LAYOUTS, ConvInt8Plan, _pair
-from ..conv_fpaintb import ACTIVATIONS as CONV_ACTIVATIONS
-from ..conv_fpaintb import BLOCK_SIZES as CONV_BLOCK_SIZES
-from ..conv_fpaintb import CHANNEL_ALIGNMENT, FpAIntBConvPlan, IntConvWeight
-from ..conv_quant import ConvInt8Quant
+from .. import _checks, reference
+from ..conv import quant as conv_quant
+from ..conv.fpaintb import ACTIVATIONS as CONV_ACTIVATIONS
+from ..conv.fpaintb import BLOCK_SIZES as CONV_BLOCK_SIZES
+from ..conv.fpaintb import CHANNEL_ALIGNMENT, FpAIntBConvPlan, IntConvWeight
+from ..conv.int8 import LAYOUTS, ConvInt8Plan, _pair
+from ..conv.quant import ConvInt8Quant
 from ..fpaintb import ACT_DTYPES
 from ._base import QuantModule
 from .linear import _set

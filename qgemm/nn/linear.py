@@ -13,9 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cutlass_gen.fpaintb_layout import layout as fpaintb_layout
+from cutlass_gen.families.fpaintb_layout import layout as fpaintb_layout
 
-from .. import _checks, fpaintb_pack, reference, wq_format
+from .. import _checks, reference
+from ..fpaintb import pack as fpaintb_pack
+from ..fpaintb import wq_format
 from ..fp8 import FP8_DTYPES, GROUP as FP8_GROUP, N_ALIGNMENT as FP8_N_ALIGNMENT, Fp8GemmPlan, Fp8Weight
 from ..fpaintb import ACT_DTYPES, ACTIVATIONS, GROUP_SIZES, FpAIntBPlan, IntBWeight
 from ..w8a8 import BLOCK_SIZES as W8A8_BLOCK_SIZES
@@ -68,7 +70,7 @@ class QuantLinear(QuantModule):
 
     Buffers (the names GPTQ checkpoints use, in the layouts qgemm's kernels read):
       qweight  uint8 [N / interleave, K * interleave * bits / 8]: the codes in the packed layout of
-               cutlass_gen/fpaintb_layout.py (rows in act-order when g_idx is set)
+               cutlass_gen/families/fpaintb_layout.py (rows in act-order when g_idx is set)
       scales   float16/bfloat16 [K / group_size, N]
       qzeros   uint8 [K / group_size, N], the zero points themselves (unpacked, no GPTQ v1 offset);
                absent (None) for symmetric weights, whose zero is 2**(bits - 1)

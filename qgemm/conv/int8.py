@@ -9,7 +9,7 @@ acc is the int32 implicit-GEMM accumulator over the filter taps (zero padding in
 domain), M and FusedBias fold the per-tensor input and output quantization, the per-channel weight
 scales and the float bias (computed once per plan), and border makes padded taps count as the real
 value 0 when the input zero point is not 0 (computed once per input height and width). The math
-and its derivation are in qgemm/conv_quant.py; the kernel's epilogue computes exactly
+and its derivation are in qgemm/conv/quant.py; the kernel's epilogue computes exactly
 conv_quant.requantize.
 
 Layouts the kernels read and write:
@@ -50,19 +50,20 @@ padding and without border correction. plan.fold says whether (and how) a plan f
 from __future__ import annotations
 
 import dataclasses
-import threading
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.specs import ConvInt8Sm90Spec, ConvInt8Spec
+from cutlass_gen.families.conv import CONV_INT8_SLOTS, ConvInt8Sm90Spec, ConvInt8Spec
 
-from . import _checks, conv_quant, heuristics
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count
-from .conv_fold import StrideFold
-from .conv_quant import ConvInt8Quant
+from .. import _checks
+from .._abi import QgemmProblem
+from .._runtime import cached, current_stream, get_kernel, sm_count
+from ..plan import Plan, _Call
+from . import heuristics
+from . import quant as conv_quant
+from .fold import StrideFold
+from .quant import ConvInt8Quant
 
 LAYOUTS = ("nhwc", "nchw")
 MIN_SM = 75
@@ -95,19 +96,7 @@ def _pack(pair: tuple[int, int]) -> int:
     return (pair[0] << 32) | pair[1]
 
 
-@dataclass(frozen=True)
-class _Call:
-    """What a plan keeps per input shape (N, H, W): the kernel and its launch shape, the border
-    correction, the output shape."""
-
-    spec: ConvInt8Spec | ConvInt8Sm90Spec
-    kernel: object
-    launch: object
-    border: torch.Tensor | None
-    out_shape: tuple[int, int, int, int]
-
-
-class ConvInt8Plan:
+class ConvInt8Plan(Plan):
     """A callable int8 convolution: plan(x_q) -> out_q, both int8 NHWC (module docstring).
 
     w_q is int8 [Co, Kh, Kw, Ci] on the GPU; quant holds the input and output scales and zero points,
@@ -120,6 +109,8 @@ class ConvInt8Plan:
     appended, or, where `fold` is set, the stride-folded filter; each call then costs one extra copy
     of the input (padded with Z_I, or folded) before the kernel.
     """
+
+    slots = CONV_INT8_SLOTS
 
     def __init__(self, w_q: torch.Tensor, quant: ConvInt8Quant, *, bias: torch.Tensor | None = None,
                  stride=1, padding=0, dilation=1):
@@ -135,9 +126,7 @@ class ConvInt8Plan:
         conv_quant.check_weight(w_q, quant)
         device = w_q.device
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float64, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (w_q.shape[0],))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, w_q.shape[0], device, (torch.float32, torch.float64, torch.float16, torch.bfloat16))
             bias = bias.detach()  # an nn.Conv2d's parameter: the plan keeps values, not autograd
         self.stride = _pair("stride", stride, 1)
         self.padding = _pair("padding", padding, 0)
@@ -147,7 +136,6 @@ class ConvInt8Plan:
         # Calibration scales may live on the CPU; the requantization vectors live with the weights.
         self.quant = dataclasses.replace(quant, weight_scale=quant.weight_scale.to(device))
         self.bias = bias
-        self.device = device
         self.out_channels, kh, kw, self.in_channels = w_q.shape
         self.kernel_size = (kh, kw)
         self.fold: StrideFold | None = None
@@ -164,12 +152,8 @@ class ConvInt8Plan:
         # to the border correction).
         self.multiplier, self.fused_bias = conv_quant.requant_params(self.weight, bias, self.quant)
         self.clamp = self.quant.clamp_bounds()
-        self._sm_count = sm_count(device)
-        self._device_index = device.index
-        self._call = CallBuffers()
-        self._calls: dict[tuple, _Call] = {}          # per (N, H, W)
-        self._borders: dict[tuple, torch.Tensor] = {}  # per (H, W)
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+        super().__init__(device, sm_count(device))
+        self._borders: dict[tuple, torch.Tensor] = {}  # per (H, W); self._calls: per (N, H, W)
         self._problem = self._fixed_problem()
 
     @property
@@ -187,15 +171,11 @@ class ConvInt8Plan:
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls (templates/conv2d_int8.cu.j2 lists them)."""
         kernel, stride, padding, dilation = self.kernel_geometry
-        p = QgemmProblem()
-        p.n, p.k = self.out_channels, kernel[0] * kernel[1] * self.padded_channels
-        p.ext[3] = self.padded_channels
-        p.ext[4], p.ext[5] = _pack(kernel), _pack(padding)
-        p.ext[6], p.ext[7] = _pack(stride), _pack(dilation)
-        p.ptr[1] = self.weight.data_ptr()
-        p.ptr[2], p.ptr[3] = self.multiplier.data_ptr(), self.fused_bias.data_ptr()
-        p.scalar[0], p.scalar[1] = self.clamp
-        p.sm_count = self._sm_count
+        p = self._new_problem(self.out_channels, kernel[0] * kernel[1] * self.padded_channels, with_sm_count=True)
+        self._set(p, channels=self.padded_channels, filter=_pack(kernel), padding=_pack(padding),
+                  stride=_pack(stride), dilation=_pack(dilation), w=self.weight.data_ptr(),
+                  multiplier=self.multiplier.data_ptr(), fused_bias=self.fused_bias.data_ptr(),
+                  clamp_lo=self.clamp[0], clamp_hi=self.clamp[1])
         return p
 
     @property
@@ -244,10 +224,10 @@ class ConvInt8Plan:
         padded (the pad's copy reads them)."""
         n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
-            call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
+            call = self._cached((n, h, w), lambda: self._prepare(n, h, w, None))
             if isinstance(call.spec, ConvInt8Sm90Spec) and out is not None and out.data_ptr() % call.spec.output_alignment:
                 # TMA stores need 16 bytes; the Sm80 epilogue 4 (checked below like any other).
-                call = cached(self._calls, (n, h, w, "sm80"),
+                call = self._cached((n, h, w, "sm80"),
                               lambda: self._prepare(n, h, w, self.choice(n, h, w, sm90=False)))
         else:
             call = self._prepare(n, h, w, choice)
@@ -268,13 +248,14 @@ class ConvInt8Plan:
             # The input's channels padded with Z_I, the real 0 (module docstring): one copy per call,
             # after every check.
             x = F.pad(x, (0, self.padded_channels - self.in_channels), value=self.quant.input_zero).contiguous()
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             self._set_shape(p, n, h, w)
-            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
-            p.ptr[4] = call.border.data_ptr() if call.border is not None else None
-            call.kernel.launch(p, call.launch, self._device_index, stream, 0, self._call)
+            self._set(p, x=x.data_ptr(), out=out.data_ptr(),
+                      border=call.border.data_ptr() if call.border is not None else None)
+
+        # The stream from this module's current_stream, which CPU tests stand in for.
+        self._launch(call.kernel, call.launch, self._problem, fill, stream=current_stream(self._device_index))
         return out
 
     def _call_nchw(self, x, out, choice) -> torch.Tensor:
@@ -300,8 +281,8 @@ class ConvInt8Plan:
     def _set_shape(self, p: QgemmProblem, n: int, h: int, w: int):
         ho, wo = self.output_hw(h, w)
         p.m = n * ho * wo
-        p.ext[0] = n
-        p.ext[1], p.ext[2] = self._kernel_input_hw(h, w)
+        height, width = self._kernel_input_hw(h, w)
+        self._set(p, batch=n, height=height, width=width)
 
     def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
         ho, wo = self.output_hw(h, w)
@@ -316,11 +297,8 @@ class ConvInt8Plan:
                                  f"(32-bit offsets): split the batch")
         spec = self.choice(n, h, w) if choice is None else self._check_choice(choice)
         kernel = get_kernel(spec, self.target_sm)
-        with self._lock:
-            p = self._problem
-            self._set_shape(p, n, h, w)
-            launch = kernel.plan(p)
-        return _Call(spec, kernel, launch, self._border(h, w), (n, ho, wo, self.out_channels))
+        launch = self._plan(kernel, self._problem, lambda p: self._set_shape(p, n, h, w))
+        return _Call(spec, kernel, launch, 0, (n, ho, wo, self.out_channels), self._border(h, w))
 
     def _check_choice(self, spec) -> ConvInt8Spec | ConvInt8Sm90Spec:
         if not isinstance(spec, (ConvInt8Spec, ConvInt8Sm90Spec)):

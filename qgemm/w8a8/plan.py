@@ -20,17 +20,19 @@ sm80/sm75 (and on sm90 where the Sm90 kernels cannot store the output's rows) th
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.specs import ActQuantSpec
+from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
-from . import _checks, heuristics, reference
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
-from .w8a8_gemv import W8A8GemvLauncher
+from .. import _checks, reference
+from .._abi import QgemmProblem
+from .._runtime import cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
+from ..plan import Plan
+from ..weight import NKWeight
+from . import heuristics
+from .gemv import W8A8GemvLauncher
 
 BLOCK_SIZES = (32, 64, 128, 256)
 INPUT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -72,7 +74,7 @@ class QuantizedActivations:
 
 
 @dataclass(frozen=True)
-class W8A8Weight:
+class W8A8Weight(NKWeight):
     """Weights [N, K] (nn.Linear layout) quantized to int8 per K-block, in one of two schemes:
 
     * "asymmetric" (MNN's): per (column n, K-block) w ~= scale * q + offset; scale, offset and the
@@ -89,18 +91,6 @@ class W8A8Weight:
     qsum: torch.Tensor | None
     block_size: int
     scheme: str = "asymmetric"
-
-    @property
-    def n(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def k(self) -> int:
-        return self.qweight.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, block_size: int, scheme: str = "asymmetric") -> "W8A8Weight":
@@ -172,13 +162,13 @@ def _check_shape_nk(name: str, n: int, k: int, block_size: int):
     _checks.index_limit(f"{name}.shape[1] (K)", k)
 
 
-class _ActQuantLauncher:
+class _ActQuantLauncher(Plan):
     """The activation-quantization kernels (one per input dtype and scheme, loaded on demand)."""
 
+    slots = ActQuantSpec.SLOTS
+
     def __init__(self):
-        self._call = CallBuffers()
-        self._problem = QgemmProblem()
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+        super().__init__()
         self._kernels: dict = {}  # (device index, dtype, symmetric) -> kernel
         self._launches: dict = {}  # (id(kernel), m, k, block_size) -> QgemmLaunch
 
@@ -199,17 +189,16 @@ class _ActQuantLauncher:
         blocks = k // block_size
         q = torch.empty((m, k), dtype=torch.int8, device=device)
         vecs = torch.empty((1 if symmetric else 3, blocks, m), dtype=torch.float32, device=device)
-        stream = current_stream(device.index)
         base, step = vecs.data_ptr(), blocks * m * 4
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             p.m, p.n, p.k = m, 0, k
-            p.ext[0] = block_size
-            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), base
-            p.ptr[3], p.ptr[4] = (None, None) if symmetric else (base + step, base + 2 * step)
-            p.ld[0], p.ld[1] = k, k
-            launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: kernel.plan(p))
-            kernel.launch(p, launch, device.index, stream, 0, self._call)
+            self._set(p, block_size=block_size, x=x.data_ptr(), q=q.data_ptr(), scale=base,
+                      offset=None if symmetric else base + step, sum=None if symmetric else base + 2 * step,
+                      ld_x=k, ld_q=k)
+
+        launch = cached(self._launches, (id(kernel), m, k, block_size), lambda: self._plan(kernel, self._problem, fill))
+        self._launch(kernel, launch, self._problem, fill, device_index=device.index)
         return q, vecs
 
     def __call__(self, x: torch.Tensor, block_size: int, symmetric: bool = False) -> QuantizedActivations:
@@ -241,7 +230,7 @@ def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = Fal
     return _act_quant(x, block_size, symmetric)
 
 
-class W8A8GemmPlan:
+class W8A8GemmPlan(Plan):
     """A callable W8A8 linear layer: plan(x) quantizes x and returns act(x W^T + bias).
 
     On sm90 the GEMM runs qgemm's Sm90 kernels (W8A8Sm90Spec: each K-block's int32 product promoted
@@ -278,9 +267,7 @@ class W8A8GemmPlan:
                 _check_vector(f"weight.{name}", getattr(weight, name), (blocks, n), device)
         _checks.contiguous("weight.qweight", weight.qweight)
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, n, device)
             bias = bias.float().contiguous()
         _checks.one_of("activation", activation, reference.W8A8_ACTIVATIONS)
         if out_dtype not in OUTPUT_DTYPES:
@@ -301,26 +288,22 @@ class W8A8GemmPlan:
         self.activation = activation
         self.out_dtype = out_dtype
         self.launch_mode = launch_mode
-        self.device = device
         self.clamp = (0.0, 0.0) if activation == "silu" else reference.clamp_bounds(activation)
         self._epilogue = "silu" if activation == "silu" else "clamp"
         self._output = OUTPUT_DTYPES[out_dtype]
-        self._sm_count = sm_count(device)
+        super().__init__(device, sm_count(device))
         self._n, self._k = weight.n, weight.k
         self._blocks = blocks
-        self._device_index = device.index
         # v = sw sum(qw) + block_size ow per (block, column): the weight side of the asymmetric
         # promotion's second offset term, made once here instead of in every tile.
         self._weight_v = None
         if weight.scheme == "asymmetric" and launch_mode in ("sm90", "promote"):
             self._weight_v = (weight.scale * weight.qsum + weight.block_size * weight.offset).contiguous()
-        self._call = CallBuffers()
+        self.slots = {"sm90": W8A8Sm90Spec, "promote": W8A8PromoteSpec}.get(launch_mode, W8A8GemmSpec).SLOTS
         self._problem = self._fixed_problem()
         self._gemv = W8A8GemvLauncher(self) if decode_fused and W8A8GemvLauncher.fits(self) else None
-        self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M (Sm90)
         self._launches: dict[tuple, object] = {}  # QgemmLaunch by (kernel, M, block_begin, slices) (chained)
         self._kernels: dict[int, object] = {}  # loaded kernel by M (chained)
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     @property
     def scheme(self) -> str:
@@ -329,20 +312,14 @@ class W8A8GemmPlan:
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls."""
         w = self.weight
-        p = QgemmProblem()
-        p.n, p.k = w.n, w.k
-        p.ext[0] = w.block_size
-        p.ptr[1] = w.qweight.data_ptr()
-        p.ptr[5] = w.scale.data_ptr()
+        p = self._new_problem(w.n, w.k, with_sm_count=True)
+        self._set(p, block_size=w.block_size, w=w.qweight.data_ptr(), sw=w.scale.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None,
+                  ld_x=w.k, ld_w=w.k, ld_partial=w.n, ld_out=w.n, clamp_lo=self.clamp[0], clamp_hi=self.clamp[1])
         if w.scheme == "asymmetric":
-            p.ptr[6], p.ptr[7] = w.offset.data_ptr(), w.qsum.data_ptr()
+            self._set(p, ow=w.offset.data_ptr(), sum_w=w.qsum.data_ptr())
         if self._weight_v is not None:
-            p.ptr[11] = self._weight_v.data_ptr()
-        p.ptr[8] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0] = p.ld[1] = w.k
-        p.ld[2] = p.ld[3] = w.n
-        p.scalar[0], p.scalar[1] = self.clamp
-        p.sm_count = self._sm_count
+            self._set(p, v=self._weight_v.data_ptr())
         return p
 
     def kernel_spec(self, m: int):
@@ -365,12 +342,7 @@ class W8A8GemmPlan:
                                               heuristics.w8a8_promote_arch(self.target_sm), self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
-        _checks.cuda_device("x", x, self.device)
-        _checks.contiguous("x", x)
-        m = x.shape[0]
-        if m == 0 or x.shape[1] != self._k:
-            raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
+        m = self._check_x(x, tuple(INPUT_DTYPES), self._k)
         _checks.index_limit("x.shape[0] (M)", m)
         if self._gemv is not None and heuristics.w8a8_gemv_applies(m, self.target_sm, self._n, self._k):
             return self._call_gemv(x, out, m)
@@ -421,24 +393,22 @@ class W8A8GemmPlan:
 
     def _launch_sm90(self, q: int, scale: int, offset, qsum, out: torch.Tensor, m: int, choice):
         if choice is None:
-            kernel, launch, choice = cached(self._per_m, m, lambda: self._prepare_sm90(m, None))
+            kernel, launch, choice = self._cached(m, lambda: self._prepare_sm90(m, None))
         else:
             kernel, launch, choice = self._prepare_sm90(m, choice)
         workspace = zeroed_workspace(launch.workspace_bytes, self.device)
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             self._fill_sm90(p, m, choice)
-            p.ptr[0], p.ptr[2] = q, scale
+            self._set(p, x=q, sx=scale, out=out.data_ptr())
             if offset is not None:
-                p.ptr[3], p.ptr[4] = offset, qsum
-            p.ptr[10] = out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream,
-                          workspace.data_ptr() if workspace is not None else 0, self._call)
+                self._set(p, ox=offset, sum_x=qsum)
+
+        self._launch(kernel, launch, self._problem, fill, workspace.data_ptr() if workspace is not None else 0)
 
     def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
-        p.ext[1], p.ext[2], p.ext[3] = choice.raster, choice.swizzle, choice.splits
+        self._set(p, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare_sm90(self, m: int, choice):
         choice = choice or self.choice(m)
@@ -450,10 +420,7 @@ class W8A8GemmPlan:
             raise ValueError(f"choice.spec must have (block_size, scheme, output, epilogue) = {wanted} for this plan, "
                              f"got {(spec.block_size, spec.scheme, spec.output, spec.epilogue)}")
         kernel = get_kernel(spec, self.target_sm)
-        with self._lock:
-            p = self._problem
-            self._fill_sm90(p, m, choice)
-            launch = kernel.plan(p)
+        launch = self._plan(kernel, self._problem, lambda p: self._fill_sm90(p, m, choice))
         return kernel, launch, choice
 
     def _gemm_promote(self, xq, out, m: int, choice):
@@ -462,7 +429,7 @@ class W8A8GemmPlan:
         if xq.q.data_ptr() % 16:
             _checks.aligned("xq.q", xq.q, 16, "16-byte cp.async copies of its rows")
         if choice is None:
-            kernel, launch, choice, ctas = cached(self._per_m, m, lambda: self._prepare_promote(m, None))
+            kernel, launch, choice, ctas = self._cached(m, lambda: self._prepare_promote(m, None))
         else:
             kernel, launch, choice, ctas = self._prepare_promote(m, choice)
         partial = counters = 0
@@ -474,21 +441,19 @@ class W8A8GemmPlan:
             split = torch.empty(partial_bytes + launch.workspace_bytes, dtype=torch.uint8, device=self.device)
             split[partial_bytes:].zero_()
             partial, counters = split.data_ptr(), split.data_ptr() + partial_bytes
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             self._fill_promote(p, m, choice, ctas)
-            p.ptr[0], p.ptr[2] = xq.q.data_ptr(), xq.scale.data_ptr()
+            self._set(p, x=xq.q.data_ptr(), sx=xq.scale.data_ptr(), partial=partial or None, out=out.data_ptr())
             if xq.offset is not None:
-                p.ptr[3], p.ptr[4] = xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9] = partial or None
-            p.ptr[10] = out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream, counters, self._call)
+                self._set(p, ox=xq.offset.data_ptr(), sum_x=xq.qsum.data_ptr())
+
+        self._launch(kernel, launch, self._problem, fill, counters)
 
     def _fill_promote(self, p: QgemmProblem, m: int, choice, ctas: int):
         p.m = m
-        p.ext[1] = 1 if self._epilogue == "silu" else 0  # the kernel's activation: clamp or SiLU
-        p.ext[2], p.ext[3] = ctas, choice.raster_group
+        # the kernel's activation: clamp or SiLU
+        self._set(p, activation=1 if self._epilogue == "silu" else 0, ctas=ctas, raster_group=choice.raster_group)
 
     def _prepare_promote(self, m: int, choice):
         choice = choice or self.promote_choice(m)
@@ -510,7 +475,7 @@ class W8A8GemmPlan:
         with self._lock:
             p = self._problem
             self._fill_promote(p, m, choice, 0)
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return kernel, launch, choice, ctas
 
     def _gemm_chained(self, xq, out, m: int):
@@ -522,9 +487,8 @@ class W8A8GemmPlan:
         with self._lock:
             p = self._problem
             p.m = m
-            p.ptr[0] = xq.q.data_ptr()
-            p.ptr[2], p.ptr[3], p.ptr[4] = xq.scale.data_ptr(), xq.offset.data_ptr(), xq.qsum.data_ptr()
-            p.ptr[9], p.ptr[10] = partial.data_ptr(), out.data_ptr()
+            self._set(p, x=xq.q.data_ptr(), sx=xq.scale.data_ptr(), ox=xq.offset.data_ptr(), sum_x=xq.qsum.data_ptr(),
+                      partial=partial.data_ptr(), out=out.data_ptr())
             if self.launch_mode == "chained":
                 self._launch_chained(kernel, p, m, 0, self._blocks, stream)
             else:
@@ -532,7 +496,7 @@ class W8A8GemmPlan:
                     self._launch_chained(kernel, p, m, block, 1, stream)
 
     def _launch_chained(self, kernel, p: QgemmProblem, m: int, block_begin: int, slices: int, stream: int):
-        p.ext[1], p.ext[2] = block_begin, slices
+        self._set(p, block_begin=block_begin, slices=slices)
         launch = cached(self._launches, (kernel.name, m, block_begin, slices), lambda: kernel.plan(p))
         # The tile locks, zeroed for this launch alone: two calls in flight (two streams, two graphs)
         # never share them, so neither can wait on the other's counters.

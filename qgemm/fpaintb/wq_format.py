@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _checks
+from .. import _checks
 
 BITS = (4, 8)
 SCALE_DTYPES = (torch.float16, torch.bfloat16)

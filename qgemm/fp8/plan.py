@@ -16,16 +16,18 @@ Scale layouts (explicit, as the kernels read them):
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.specs import Fp8ActQuantSpec
+from cutlass_gen.families.fp8 import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec
 
-from . import _checks, heuristics, reference
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, sm_count, zeroed_workspace
+from .. import _checks, reference
+from .._abi import QgemmProblem
+from .._runtime import get_kernel, sm_count, zeroed_workspace
+from ..plan import Plan
+from ..weight import NKWeight
+from . import heuristics
 
 GROUP = reference.FP8_GROUP
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -95,24 +97,12 @@ class Fp8Activations:
 
 
 @dataclass(frozen=True)
-class Fp8Weight:
+class Fp8Weight(NKWeight):
     """FP8 weight [N, K] (nn.Linear layout) and its 128 x 128 block scales
     float32 [ceil(N / 128), K / 128], w ~= scale_inv * q blockwise."""
 
     qweight: torch.Tensor
     scale_inv: torch.Tensor
-
-    @property
-    def n(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def k(self) -> int:
-        return self.qweight.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> "Fp8Weight":
@@ -154,13 +144,10 @@ def _check_weight_shape(name: str, n: int, k: int):
     _check_k(f"{name}.shape[1]", k)
 
 
-class _QuantLauncher:
+class _QuantLauncher(Plan):
     """The activation quantization kernel (one per input and output dtype, loaded on demand)."""
 
-    def __init__(self):
-        self._call = CallBuffers()
-        self._problem = QgemmProblem()
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
+    slots = Fp8ActQuantSpec.SLOTS
 
     def __call__(self, x: torch.Tensor, dtype: torch.dtype) -> Fp8Activations:
         m, k = x.shape
@@ -172,14 +159,13 @@ class _QuantLauncher:
         sx = torch.empty((k // GROUP, pitch), dtype=torch.float32, device=device)
         if pitch > m:
             sx[:, m:].zero_()  # padding: never read for the output, but kept finite
-        stream = current_stream(device.index)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             p.m, p.n, p.k = m, 0, k
-            p.ptr[0], p.ptr[1], p.ptr[2] = x.data_ptr(), q.data_ptr(), sx.data_ptr()
-            p.ld[0], p.ld[1], p.ld[2] = k, k, pitch
-            launch = kernel.plan(p)
-            kernel.launch(p, launch, device.index, stream, 0, self._call)
+            self._set(p, x=x.data_ptr(), q=q.data_ptr(), sx=sx.data_ptr(), ld_x=k, ld_q=k, ld_sx=pitch)
+
+        launch = self._plan(kernel, self._problem, fill)
+        self._launch(kernel, launch, self._problem, fill, device_index=device.index)
         return Fp8Activations(q, sx)
 
 
@@ -203,13 +189,15 @@ def quantize_activations_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_
     return _quantize(x, dtype)
 
 
-class Fp8GemmPlan:
+class Fp8GemmPlan(Plan):
     """A callable FP8 blockwise linear layer: plan(x) quantizes x [M, K] and returns x W^T + bias.
 
     Arguments are checked at construction and at each call before anything is launched. Stream-K
     kernels get a freshly zeroed workspace per call from torch's allocator, so calls may overlap
     on several streams and be captured in CUDA graphs.
     """
+
+    slots = Fp8BlockwiseGemmSpec.SLOTS
 
     def __init__(self, weight: Fp8Weight, *, bias: torch.Tensor | None = None,
                  out_dtype: torch.dtype = torch.bfloat16, act_dtype: torch.dtype = torch.float8_e4m3fn):
@@ -227,9 +215,7 @@ class Fp8GemmPlan:
         _checks.same_device("weight.scale_inv", weight.scale_inv, device)
         _checks.contiguous("weight.scale_inv", weight.scale_inv)
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, n, device)
             bias = bias.float().contiguous()
         if out_dtype not in OUTPUT_DTYPES:
             raise TypeError(f"out_dtype must be one of {tuple(OUTPUT_DTYPES)}, got {out_dtype}")
@@ -239,32 +225,23 @@ class Fp8GemmPlan:
             raise TypeError("act_dtype and the weight cannot both be float8_e5m2: WGMMA takes e5m2 x e5m2 but "
                             "qgemm builds no such catalog kernel; quantize one of them to float8_e4m3fn")
         self.target_sm = _check_device(device)
+        super().__init__(device, sm_count(device))
 
         self.weight = weight
         self.bias = bias
         self.out_dtype = out_dtype
         self.act_dtype = act_dtype
-        self.device = device
         self._n, self._k = n, k
         self._output = OUTPUT_DTYPES[out_dtype]
         self._act = FP8_DTYPES[act_dtype]
         self._weight = FP8_DTYPES[weight.qweight.dtype]
-        self._sm_count = sm_count(device)
-        self._device_index = device.index
-        self._call = CallBuffers()
         self._problem = self._fixed_problem()
-        self._per_m: dict[int, tuple] = {}  # (kernel, launch, choice) by M
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
 
     def _fixed_problem(self) -> QgemmProblem:
-        p = QgemmProblem()
-        p.n, p.k = self._n, self._k
-        p.ptr[1] = self.weight.qweight.data_ptr()
-        p.ptr[3] = self.weight.scale_inv.data_ptr()
-        p.ptr[4] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0] = p.ld[1] = self._k
-        p.ld[3] = self._n
-        p.sm_count = self._sm_count
+        p = self._new_problem(self._n, self._k, with_sm_count=True)
+        self._set(p, w=self.weight.qweight.data_ptr(), sw=self.weight.scale_inv.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None, ld_x=self._k, ld_w=self._k,
+                  ld_out=self._n)
         return p
 
     def choice(self, m: int) -> heuristics.Fp8Choice:
@@ -278,12 +255,8 @@ class Fp8GemmPlan:
         return choice
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
-        _checks.cuda_device("x", x, self.device)
-        _checks.contiguous("x", x)
-        if x.shape[0] == 0 or x.shape[1] != self._k:
-            raise ValueError(f"x must have shape (M >= 1, {self._k}), got {tuple(x.shape)}")
-        _check_rows("x.shape[0]", x.shape[0], self._k)
+        m = self._check_x(x, tuple(INPUT_DTYPES), self._k)
+        _check_rows("x.shape[0]", m, self._k)
         _check_aligned("x", x)
         return self.gemm(_quantize(x, self.act_dtype), out)
 
@@ -297,32 +270,25 @@ class Fp8GemmPlan:
         else:
             _check_aligned("out", out)
         if choice is None:
-            kernel, launch, choice = cached(self._per_m, m, lambda: self._prepare(m, None))
+            kernel, launch, choice = self._cached(m, lambda: self._prepare(m, None))
         else:
             kernel, launch, choice = self._prepare(m, choice)
         workspace = zeroed_workspace(launch.workspace_bytes, self.device)
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
-            self._fill(p, m, xa, out, choice)
-            kernel.launch(p, launch, self._device_index, stream,
-                          workspace.data_ptr() if workspace is not None else 0, self._call)
+        self._launch(kernel, launch, self._problem, lambda p: self._fill(p, m, xa, out, choice),
+                     workspace.data_ptr() if workspace is not None else 0)
         return out
 
     def _fill(self, p: QgemmProblem, m: int, xa: Fp8Activations | None, out, choice):
         p.m = m
         if xa is not None:
-            p.ptr[0], p.ptr[2], p.ptr[5] = xa.q.data_ptr(), xa.scale.data_ptr(), out.data_ptr()
-        p.ld[2] = reference.fp8_scale_pitch(m) if xa is None else xa.scale.shape[1]
-        p.ext[0], p.ext[1], p.ext[2] = choice.raster, choice.swizzle, choice.splits
+            self._set(p, x=xa.q.data_ptr(), sx=xa.scale.data_ptr(), out=out.data_ptr())
+        self._set(p, ld_sx=reference.fp8_scale_pitch(m) if xa is None else xa.scale.shape[1],
+                  raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare(self, m: int, choice):
         choice = choice or self.choice(m)
         kernel = get_kernel(choice.spec, self.target_sm)
-        with self._lock:
-            p = self._problem
-            self._fill(p, m, None, None, choice)
-            launch = kernel.plan(p)
+        launch = self._plan(kernel, self._problem, lambda p: self._fill(p, m, None, None, choice))
         return kernel, launch, choice
 
     def _check_gemm_args(self, xa, out):

@@ -11,7 +11,7 @@ fall in the padding read the real value 0. act is none, relu, relu6, silu or gel
 The kernel (templates/fpaintb_conv.cu.j2) is an implicit GEMM on the FpA x IntB mainloop: M = N*P*Q
 output pixels, N = Co, K = R*S*C with c fastest, each 16-byte chunk of x gathered per tap. The plan
 turns the filter into that GEMM's weight once (`IntConvWeight.gemm_operands`): codes
-u = q + 2**(bits-1) as a [K, Co] matrix in cutlass_gen/fpaintb_layout.py's packed layout (K padded
+u = q + 2**(bits-1) as a [K, Co] matrix in cutlass_gen/families/fpaintb_layout.py's packed layout (K padded
 with zero codes to a multiple of 64: those rows meet zero activations), and the scales and offsets
 repeated for every tap into [K / block, Co] rows (one row for block -1).
 
@@ -28,18 +28,22 @@ Requirements: C a multiple of 8 (16-byte gathers) and of the block, Co a multipl
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from cutlass_gen.fpaintb_layout import layout as weight_layout
+from cutlass_gen.families.conv import FpAIntBConvSpec
+from cutlass_gen.families.fpaintb_layout import layout as weight_layout
 
-from . import _checks, conv_quant, fpaintb_pack, heuristics
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count
-from .conv import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent
-from .fpaintb import ACT_DTYPES, StreamKBuffers, check_act_dtype
+from .. import _checks
+from .._abi import QgemmProblem
+from .._runtime import current_stream, get_kernel, plan_launch, sm_count
+from ..fpaintb import pack as fpaintb_pack
+from ..fpaintb.plan import ACT_DTYPES, StreamKBuffers, check_act_dtype
+from ..plan import Plan, _Call
+from . import heuristics
+from . import quant as conv_quant
+from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes
@@ -164,22 +168,13 @@ class IntConvWeight:
         return (packed, scale.to(act_dtype).contiguous(), offset.to(act_dtype).contiguous(), k_pad, group)
 
 
-@dataclass(frozen=True)
-class _Call:
-    """What a plan keeps per input shape (N, H, W)."""
-
-    choice: heuristics.FpAIntBChoice
-    kernel: object
-    launch: object
-    ctas: int
-    out_shape: tuple[int, int, int, int]
-
-
-class FpAIntBConvPlan:
+class FpAIntBConvPlan(Plan):
     """A callable conv2d with a quantized filter: plan(x) -> out, NHWC (module docstring).
 
     Everything is checked here and on each call before any launch. Plans keep per-shape state, so
     build one per layer and reuse it."""
+
+    slots = FpAIntBConvSpec.SLOTS
 
     def __init__(self, weight: IntConvWeight, *, act_dtype: torch.dtype = torch.float16,
                  bias: torch.Tensor | None = None, activation: str = "none", stride=1, padding=0, dilation=1):
@@ -190,9 +185,7 @@ class FpAIntBConvPlan:
         self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16, torch.float64), ndim=1)
-            _checks.shape("bias", bias, (weight.out_channels,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, weight.out_channels, device, (torch.float32, torch.float16, torch.bfloat16, torch.float64))
             bias = bias.detach().to(act_dtype).contiguous()
         self.stride = _pair("stride", stride, 1)
         self.padding = _pair("padding", padding, 0)
@@ -201,30 +194,22 @@ class FpAIntBConvPlan:
         self.act_dtype = act_dtype
         self.bias = bias
         self.activation = activation
-        self.device = device
         self.in_channels, self.out_channels = weight.in_channels, weight.out_channels
         self.kernel_size = weight.kernel_size
         self._packed, self._scale, self._offset, self._k, self._group = weight.gemm_operands(act_dtype)
         self._act = ACT_DTYPES[act_dtype]
         self._arch = 75 if self.target_sm == 75 else 80
-        self._sm_count = sm_count(device)
-        self._device_index = device.index
-        self._call = CallBuffers()
-        self._calls: dict[tuple, _Call] = {}
+        super().__init__(device, sm_count(device))
         self._split = StreamKBuffers(device)
-        self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._problem = self._fixed_problem()
 
     def _fixed_problem(self) -> QgemmProblem:
         """The slots that do not change between calls (templates/fpaintb_conv.cu.j2 lists them)."""
-        p = QgemmProblem()
-        p.n, p.k = self.out_channels, self._k
-        p.ptr[1], p.ptr[2], p.ptr[3] = self._packed.data_ptr(), self._scale.data_ptr(), self._offset.data_ptr()
-        p.ptr[4] = self.bias.data_ptr() if self.bias is not None else None
-        p.ld[0], p.ld[1] = self.in_channels, self._packed.shape[1]
-        p.ext[0] = self._group
-        p.ext[4], p.ext[5] = _pack(self.kernel_size), _pack(self.padding)
-        p.ext[6], p.ext[7] = _pack(self.stride), _pack(self.dilation)
+        p = self._new_problem(self.out_channels, self._k)
+        self._set(p, w=self._packed.data_ptr(), scale=self._scale.data_ptr(), offset=self._offset.data_ptr(),
+                  bias=self.bias.data_ptr() if self.bias is not None else None, ld_x=self.in_channels,
+                  ld_w=self._packed.shape[1], group_size=self._group, filter=_pack(self.kernel_size),
+                  padding=_pack(self.padding), stride=_pack(self.stride), dilation=_pack(self.dilation))
         return p
 
     def output_hw(self, h: int, w: int) -> tuple[int, int]:
@@ -254,7 +239,7 @@ class FpAIntBConvPlan:
             _checks.contiguous("x", x)
         n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
-            call = cached(self._calls, (n, h, w), lambda: self._prepare(n, h, w, None))
+            call = self._cached((n, h, w), lambda: self._prepare(n, h, w, None))
         else:
             call = self._prepare(n, h, w, choice)
         out_dtype = x.dtype
@@ -279,14 +264,14 @@ class FpAIntBConvPlan:
             y = y.permute(0, 2, 3, 1)
         stream = current_stream(self._device_index)
         partial, counters = self._split.get(call.launch, call.choice.spec.tile, stream)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             p.m = n * call.out_shape[1] * call.out_shape[2]
-            p.ptr[0], p.ptr[5] = x.data_ptr(), y.data_ptr()
-            p.ptr[6] = partial.data_ptr() if partial is not None else None
-            p.ext[1] = _pack((ACTIVATIONS[self.activation], call.choice.raster_group))
-            p.ext[2], p.ext[3] = call.ctas, _pack((h, w))
-            call.kernel.launch(p, call.launch, self._device_index, stream, counters, self._call)
+            self._set(p, x=x.data_ptr(), out=y.data_ptr(), partial=partial.data_ptr() if partial is not None else None,
+                      activation_raster=_pack((ACTIVATIONS[self.activation], call.choice.raster_group)),
+                      ctas=call.ctas, input_hw=_pack((h, w)))
+
+        self._launch(call.kernel, call.launch, self._problem, fill, counters)
         if out is not None and out_dtype != self.act_dtype:
             (out.permute(0, 2, 3, 1) if nchw else out).copy_(y)
             return out
@@ -317,9 +302,9 @@ class FpAIntBConvPlan:
         with self._lock:
             p = self._problem
             p.m = n * ho * wo
-            p.ext[1] = _pack((ACTIVATIONS[self.activation], choice.raster_group))
-            p.ext[3] = _pack((h, w))
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            self._set(p, activation_raster=_pack((ACTIVATIONS[self.activation], choice.raster_group)),
+                      input_hw=_pack((h, w)))
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return _Call(choice, kernel, launch, ctas, (n, ho, wo, self.out_channels))
 
 

@@ -1,6 +1,6 @@
 """The one definition of the FpA x IntB packed weight layout.
 
-Both sides read it: the weight preprocessor (qgemm/fpaintb_pack.py) writes bytes in this
+Both sides read it: the weight preprocessor (qgemm/fpaintb/pack.py) writes bytes in this
 order, and the templates (templates/fpaintb_*.cu.j2, through the spec's `layout`) read
 them back. It follows TensorRT-LLM's Turing/Ampere mixed-GEMM layout, so the same packed
 weight can feed an LDSM-based CUTLASS mainloop and qgemm's small-M kernel:
@@ -154,10 +154,6 @@ class Sm90WeightLayout:
         value = kk % 2 + 2 * (r // 8) + 4 * (kk // 8)
         atom = row // self.atom_rows + self.rows_padded(n) // self.atom_rows * (k // self.atom_k)
         return atom * self.atom_codes + thread * self.values_per_thread + self.value_position(value)
-
-    def template_values(self) -> dict:
-        return {"bits": self.bits, "atom_rows": self.atom_rows, "atom_k": self.atom_k, "tile_k": self.tile_k,
-                "row_padding": self.row_padding, "code_bias": self.code_bias}
 
 
 SM90_LAYOUTS = {

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import _checks
-from .reference import ACTIVATIONS  # none, relu, relu6: the ones a clamp can realize
+from .. import _checks
+from ..reference import ACTIVATIONS  # none, relu, relu6: the ones a clamp can realize
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Weight preprocessing for the FpA x IntB kernels: unsigned codes [K, N] <-> packed bytes.
 
-The byte order is defined once, in cutlass_gen/fpaintb_layout.py (read its docstring); this
+The byte order is defined once, in cutlass_gen/families/fpaintb_layout.py (read its docstring); this
 module only applies it with torch ops, so it runs on the CPU or, for large checkpoints, on
 the GPU where the weight already is.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from cutlass_gen.fpaintb_layout import Sm90WeightLayout, WeightLayout, layout, sm90_layout
+from cutlass_gen.families.fpaintb_layout import Sm90WeightLayout, WeightLayout, layout, sm90_layout
 
 
 def check_packable(name: str, k: int, n: int, lay: WeightLayout):
@@ -63,7 +63,7 @@ def unpack(packed: torch.Tensor, bits: int, k: int, n: int) -> torch.Tensor:
     return stored.reshape(k // lay.permute_rows, lay.permute_rows, n).index_select(1, inverse_perm).reshape(k, n)
 
 
-# --- Sm90 layout (cutlass_gen/fpaintb_layout.py Sm90WeightLayout) --------------------------------
+# --- Sm90 layout (cutlass_gen/families/fpaintb_layout.py Sm90WeightLayout) --------------------------------
 
 def check_packable_sm90(name: str, k: int, n: int, lay: Sm90WeightLayout):
     if k <= 0 or k % lay.k_alignment:

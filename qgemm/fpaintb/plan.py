@@ -5,12 +5,12 @@
 u are unsigned codes (signed weights carry the bias 2**(bits-1)); zero is per (group, column),
 or the symmetric 2**(bits-1) when the weight has none; g is the group size along K (32, 64, 128,
 256, or K for one scale per output channel). The weight is packed once into the layout of
-cutlass_gen/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
-(qgemm.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
+cutlass_gen/families/fpaintb_layout.py (`IntBWeight`); `FpAIntBPlan` picks a kernel per M
+(qgemm.fpaintb.heuristics.fpaintb_choice): the small-M tensor-core kernel reading codes straight from
 global memory, the tiled GEMM (shared-memory pipeline, split-K), or, for large M, dequantization
 into FP16/BF16 followed by cuBLAS. On sm90 (H100/H200), from heuristics.FPAINTB_SM90_MIN_M rows,
 the plan runs the Sm90 kernel instead (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective) on a
-second copy of the weight in the Sm90 layout (cutlass_gen/fpaintb_layout.py Sm90WeightLayout), made
+second copy of the weight in the Sm90 layout (cutlass_gen/families/fpaintb_layout.py Sm90WeightLayout), made
 once at construction; `sm90=False` opts out (no second copy).
 
 Layouts (explicit, as the kernels read them):
@@ -29,12 +29,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.fpaintb_layout import layout
-from cutlass_gen.specs import FpAIntBDequantSpec, FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb_layout import layout
+from cutlass_gen.families.fpaintb import FPAINTB_SLOTS, FpAIntBDequantSpec, FpAIntBSm90Spec
 
-from . import _checks, fpaintb_pack, heuristics, wq_format
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel, plan_launch, sm_count
+from .. import _checks
+from .._abi import QgemmProblem
+from .._runtime import current_stream, get_kernel, plan_launch, sm_count
+from ..plan import Plan
+from . import heuristics, wq_format
+from . import pack as fpaintb_pack
 
 ACT_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 GROUP_SIZES = (32, 64, 128, 256)
@@ -235,7 +238,7 @@ def _sm90_workspace(nbytes: int, m: int, n: int, spec: FpAIntBSm90Spec, device) 
     return workspace
 
 
-class FpAIntBPlan:
+class FpAIntBPlan(Plan):
     """A callable weight-only quantized linear layer: plan(x) = act(x @ W + bias) for x [M, K]
     float16/bfloat16 on the weight's device, on torch's current stream.
 
@@ -244,6 +247,8 @@ class FpAIntBPlan:
     On an sm90 GPU, M >= heuristics.FPAINTB_SM90_MIN_M runs the Sm90 kernel (heuristics.fpaintb_sm90_applies:
     group size a multiple of 64 or K); the plan then holds a second copy of the weight in the Sm90
     layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
+
+    slots = FPAINTB_SLOTS  # the Sm80/Sm75 kernels'; the Sm90 kernel's problem has FpAIntBSm90Spec.SLOTS
 
     def __init__(self, weight: IntBWeight, *, act_dtype: torch.dtype = torch.float16,
                  bias: torch.Tensor | None = None, activation: str = "none", sm90: bool = True):
@@ -254,26 +259,19 @@ class FpAIntBPlan:
         self.target_sm = check_act_dtype(act_dtype, device, _WHAT)
         _checks.one_of("activation", activation, tuple(ACTIVATIONS))
         if bias is not None:
-            _checks.tensor("bias", bias, (torch.float32, torch.float16, torch.bfloat16), ndim=1)
-            _checks.shape("bias", bias, (weight.n,))
-            _checks.same_device("bias", bias, device)
+            _checks.bias(bias, weight.n, device)
             bias = bias.to(act_dtype).contiguous()
         self.weight = weight
         self.act_dtype = act_dtype
         self.bias = bias
         self.activation = activation
-        self.device = device
         self._act = ACT_DTYPES[act_dtype]
         self._arch = 75 if self.target_sm == 75 else 80
         # The kernels read scales in the activation type.
         self._scale = weight.scale.to(act_dtype).contiguous()
         self._perm = weight.perm.long() if weight.perm is not None else None
-        self._sm_count = sm_count(device)
-        self._device_index = device.index
-        self._call = CallBuffers()
-        self._per_m: dict[int, tuple] = {}
+        super().__init__(device, sm_count(device))
         self._split = StreamKBuffers(device)
-        self._lock = threading.Lock()
         self._problem = self._fixed_problem()
         # The Sm90 path: on sm90 with a group size its 64-deep K tiles can read (else never used).
         self.sm90 = (sm90 and self.target_sm == 90
@@ -283,13 +281,10 @@ class FpAIntBPlan:
 
     def _fixed_problem(self) -> QgemmProblem:
         w = self.weight
-        p = QgemmProblem()
-        p.n, p.k = w.n, w.k
-        p.ptr[1] = w.packed.data_ptr()
-        p.ptr[2] = self._scale.data_ptr()
-        p.ptr[3] = w.zero.data_ptr() if w.zero is not None else None
-        p.ld[1] = w.packed.shape[1]
-        p.ext[0] = w.group_size
+        p = self._new_problem(w.n, w.k)
+        self._set(p, w=w.packed.data_ptr(), scale=self._scale.data_ptr(),
+                  zero=w.zero.data_ptr() if w.zero is not None else None, ld_w=w.packed.shape[1],
+                  group_size=w.group_size)
         return p
 
     def _fixed_sm90_problem(self) -> QgemmProblem:
@@ -302,16 +297,11 @@ class FpAIntBPlan:
         self._sm90_scale = self._scale.clone()
         self._sm90_zero = fpaintb_pack.sm90_zero(self._scale, w.zero, w.bits, self.act_dtype)
         self._sm90_bias = self.bias.clone() if self.bias is not None else None
-        p = QgemmProblem()
-        p.n, p.k = w.n, w.k
-        p.ptr[1] = self._sm90_packed.data_ptr()
-        p.ptr[2] = self._sm90_scale.data_ptr()
-        p.ptr[3] = self._sm90_zero.data_ptr()
-        p.ptr[4] = self._sm90_bias.data_ptr() if self._sm90_bias is not None else None
-        p.ld[0], p.ld[2] = w.k, w.n
-        p.ext[0] = w.group_size
-        p.ext[1] = ACTIVATIONS[self.activation]
-        p.sm_count = self._sm_count
+        p = self._new_problem(w.n, w.k, with_sm_count=True)
+        self._set(p, FpAIntBSm90Spec.SLOTS, w=self._sm90_packed.data_ptr(), scale=self._sm90_scale.data_ptr(),
+                  zero=self._sm90_zero.data_ptr(),
+                  bias=self._sm90_bias.data_ptr() if self._sm90_bias is not None else None,
+                  ld_x=w.k, ld_out=w.n, group_size=w.group_size, activation=ACTIVATIONS[self.activation])
         return p
 
     def choice(self, m: int) -> heuristics.FpAIntBChoice | heuristics.FpAIntBSm90Choice:
@@ -328,12 +318,7 @@ class FpAIntBPlan:
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """`choice` (a heuristics.FpAIntBChoice) overrides the heuristic, for tuning."""
         w = self.weight
-        _checks.tensor("x", x, (self.act_dtype,), ndim=2)
-        _checks.cuda_device("x", x, self.device)
-        _checks.contiguous("x", x)
-        m = x.shape[0]
-        if m == 0 or x.shape[1] != w.k:
-            raise ValueError(f"x must have shape (M >= 1, {w.k}), got {tuple(x.shape)}")
+        m = self._check_x(x, (self.act_dtype,), w.k)
         _checks.index_limit("x.shape[0] (M)", m)
         _checks.aligned("x", x, 16, "16-byte loads")
         if out is not None:
@@ -345,7 +330,7 @@ class FpAIntBPlan:
         if self._perm is not None:
             x = x.index_select(1, self._perm)
         if choice is None:
-            choice, kernel, launch, ctas = cached(self._per_m, m, lambda: self._prepare(m, None))
+            choice, kernel, launch, ctas = self._cached(m, lambda: self._prepare(m, None))
             if isinstance(choice, heuristics.FpAIntBSm90Choice) and out is not None and out.data_ptr() % 16:
                 # The Sm90 kernel stores through TMA, from 16-byte aligned rows; a caller's out aligned
                 # only to 4 bytes gets the Sm80 kernels.
@@ -360,15 +345,14 @@ class FpAIntBPlan:
             out = torch.empty((m, w.n), dtype=self.act_dtype, device=self.device)
         stream = current_stream(self._device_index)
         partial, counters = self._split.get(launch, getattr(choice.spec, "tile", (0, 0)), stream)
-        with self._lock:
-            p = self._problem
+
+        def fill(p: QgemmProblem):
             p.m = m
-            p.ptr[0], p.ptr[4], p.ptr[5] = x.data_ptr(), self._bias_ptr(), out.data_ptr()
-            p.ptr[6] = partial.data_ptr() if partial is not None else None
-            p.ld[0], p.ld[2] = w.k, w.n
-            p.ext[1] = ACTIVATIONS[self.activation]
-            p.ext[2], p.ext[3] = ctas, choice.raster_group
-            kernel.launch(p, launch, self._device_index, stream, counters, self._call)
+            self._set(p, x=x.data_ptr(), bias=self._bias_ptr(), out=out.data_ptr(),
+                      partial=partial.data_ptr() if partial is not None else None, ld_x=w.k, ld_out=w.n,
+                      activation=ACTIVATIONS[self.activation], ctas=ctas, raster_group=choice.raster_group)
+
+        self._launch(kernel, launch, self._problem, fill, counters)
         return out
 
     def _bias_ptr(self):
@@ -381,19 +365,17 @@ class FpAIntBPlan:
             raise ValueError(f"out must be 16-byte aligned for the Sm90 kernel {choice.spec.name} (TMA stores), "
                              f"got address {out.data_ptr():#x}; pass no choice to run the Sm80 kernels")
         workspace = _sm90_workspace(launch.workspace_bytes, m, self.weight.n, choice.spec, self.device)
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._sm90_problem
+
+        def fill(p: QgemmProblem):
             self._fill_sm90(p, m, choice)
-            p.ptr[0], p.ptr[5] = x.data_ptr(), out.data_ptr()
-            kernel.launch(p, launch, self._device_index, stream,
-                          workspace.data_ptr() if workspace is not None else 0, self._call)
+            self._set(p, FpAIntBSm90Spec.SLOTS, x=x.data_ptr(), out=out.data_ptr())
+
+        self._launch(kernel, launch, self._sm90_problem, fill, workspace.data_ptr() if workspace is not None else 0)
         return out
 
-    @staticmethod
-    def _fill_sm90(p: QgemmProblem, m: int, choice):
+    def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
-        p.ext[2], p.ext[3], p.ext[4] = choice.raster, choice.swizzle, choice.splits
+        self._set(p, FpAIntBSm90Spec.SLOTS, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
 
     def _prepare_sm90(self, m: int, choice):
         spec = choice.spec
@@ -403,10 +385,7 @@ class FpAIntBPlan:
         if (spec.act, spec.bits) != (self._act, self.weight.bits):
             raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits})")
         kernel = get_kernel(spec, self.target_sm)
-        with self._lock:
-            p = self._sm90_problem
-            self._fill_sm90(p, m, choice)
-            launch = kernel.plan(p)
+        launch = self._plan(kernel, self._sm90_problem, lambda p: self._fill_sm90(p, m, choice))
         return choice, kernel, launch, 0
 
     def _prepare(self, m: int, choice):
@@ -424,10 +403,9 @@ class FpAIntBPlan:
         with self._lock:
             p = self._problem
             p.m = m
-            p.ld[0], p.ld[2] = self.weight.k, (self.weight.k if choice.dequantize else self.weight.n)
-            p.ext[1] = ACTIVATIONS[self.activation]
-            p.ext[3] = choice.raster_group
-            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index)
+            self._set(p, ld_x=self.weight.k, ld_out=self.weight.k if choice.dequantize else self.weight.n,
+                      activation=ACTIVATIONS[self.activation], raster_group=choice.raster_group)
+            launch, ctas = plan_launch(kernel, p, choice, self._sm_count, self._device_index, self.slots)
         return choice, kernel, launch, ctas
 
     def dequantize(self) -> torch.Tensor:
@@ -439,12 +417,11 @@ class FpAIntBPlan:
     def _run_dequant(self, kernel, launch) -> torch.Tensor:
         w = self.weight
         dense = torch.empty((w.n, w.k), dtype=self.act_dtype, device=self.device)
-        stream = current_stream(self._device_index)
-        with self._lock:
-            p = self._problem
-            p.ptr[5] = dense.data_ptr()
-            p.ld[2] = w.k  # W [N, K] rows
-            kernel.launch(p, launch, self._device_index, stream, 0, self._call)
+
+        def fill(p: QgemmProblem):
+            self._set(p, out=dense.data_ptr(), ld_out=w.k)  # W [N, K] rows
+
+        self._launch(kernel, launch, self._problem, fill)
         return dense
 
     def _dequantize_then_matmul(self, x, out, kernel, launch) -> torch.Tensor:

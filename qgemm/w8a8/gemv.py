@@ -15,9 +15,11 @@ import threading
 
 import torch
 
+from cutlass_gen.families.w8a8 import W8A8_GEMV_SLOTS as SLOTS
+
+from .._abi import QgemmProblem
+from .._runtime import CallBuffers, cached, current_stream, get_kernel
 from . import heuristics
-from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream, get_kernel
 
 INPUT_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
@@ -37,16 +39,12 @@ class W8A8GemvLauncher:
         self._target_sm = plan.target_sm
         p = self._problem = QgemmProblem()
         p.n, p.k = w.n, w.k
-        p.ext[0] = w.block_size
-        p.ext[1] = 1 if plan._epilogue == "silu" else 0
-        p.ptr[1] = w.qweight.data_ptr()
-        p.ptr[5] = w.scale.data_ptr()
+        SLOTS.write(p, block_size=w.block_size, activation=1 if plan._epilogue == "silu" else 0,
+                    w=w.qweight.data_ptr(), sw=w.scale.data_ptr(),
+                    bias=plan.bias.data_ptr() if plan.bias is not None else None,
+                    ld_x=w.k, ld_w=w.k, ld_out=w.n, clamp_lo=plan.clamp[0], clamp_hi=plan.clamp[1])
         if w.scheme == "asymmetric":
-            p.ptr[6], p.ptr[11] = w.offset.data_ptr(), plan._weight_v.data_ptr()
-        p.ptr[8] = plan.bias.data_ptr() if plan.bias is not None else None
-        p.ld[0] = p.ld[1] = w.k
-        p.ld[3] = w.n
-        p.scalar[0], p.scalar[1] = plan.clamp
+            SLOTS.write(p, ow=w.offset.data_ptr(), v=plan._weight_v.data_ptr())
         p.sm_count = self._sm_count
         self._call = CallBuffers()
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
@@ -70,7 +68,7 @@ class W8A8GemvLauncher:
     def _prepare(self, m: int, dtype: torch.dtype, choice):
         choice = choice or self.choice(m, dtype)
         if not isinstance(choice, heuristics.W8A8GemvChoice):
-            raise TypeError(f"choice must be a qgemm.heuristics.W8A8GemvChoice, got {type(choice).__name__}")
+            raise TypeError(f"choice must be a qgemm.w8a8.heuristics.W8A8GemvChoice, got {type(choice).__name__}")
         spec = choice.spec
         wanted = (INPUT_NAMES[dtype], self._scheme, self._plan._output)
         if (spec.input, spec.scheme, spec.output) != wanted:
@@ -80,7 +78,7 @@ class W8A8GemvLauncher:
         with self._lock:
             p = self._problem
             p.m = m
-            p.ext[2] = choice.slice_blocks
+            SLOTS.write(p, slice_blocks=choice.slice_blocks)
             launch = kernel.plan(p)
         return kernel, launch, choice
 
@@ -104,11 +102,9 @@ class W8A8GemvLauncher:
         with self._lock:
             p = self._problem
             p.m = m
-            p.ext[2] = choice.slice_blocks
-            p.ptr[0] = x.data_ptr()
-            p.ptr[9] = partial or None
-            p.ptr[10] = out.data_ptr()
-            p.ptr[12], p.ptr[13] = (dump[0].data_ptr(), dump[1].data_ptr()) if dump is not None else (None, None)
+            SLOTS.write(p, slice_blocks=choice.slice_blocks, x=x.data_ptr(), partial=partial or None, out=out.data_ptr(),
+                        dump_q=dump[0].data_ptr() if dump is not None else None,
+                        dump_vec=dump[1].data_ptr() if dump is not None else None)
             kernel.launch(p, launch, self._device_index, stream, counters, self._call)
         return out
 

@@ -1,0 +1,210 @@
+"""FpA x IntB kernel choice by shape, in Python where tests reach it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cutlass_gen.families.fpaintb import fpaintb_gemm_configs
+from cutlass_gen.families.fpaintb import FpAIntBDequantSpec, FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
+
+# FpA x IntB (W4A16 / W8A16). Three kinds of kernel:
+#   * the small-M kernel (FpAIntBGemvSpec): codes straight from global memory into registers, every
+#     weight byte read once per CTA row of 8 or 16 rows;
+#   * the tiled GEMM (FpAIntBGemmSpec): x, codes, scales and zeros staged through a shared-memory
+#     pipeline, stream-K over the CTAs that fit on the GPU when the output tiles alone do not fill it;
+#   * dequantization into FP16/BF16, then cuBLAS.
+# Measured on an H100 (benchmarks/bench_fpaintb.py --sweep, FP16, INT4 group 128 and INT8 per
+# channel, (K, N) = (4096, 12288), (14336, 21504), (11008, 4096); M: time in us):
+#   * M <= 16, INT4: the 16 x 128 x 128 GEMM, stream-K (M = 16: 16.6, 75.3, 18.1 against 28.6,
+#     113.6, 27.1 for the small-M kernel; M = 1: 16.1 and 74.0 against 18.5 and 87.7), except at
+#     M <= 8 with N <= FPAINTB_GEMV_MAX_N, where the stream-K fix-up traffic (two partial tiles per
+#     CTA) is large beside so small a weight (11008 x 4096, M = 1: the small-M kernel 14.7 against 17.2).
+#   * M <= 16, INT8: the 16 x 64 x 128 GEMM from 9 rows (M = 16: 25.2, 119.5, 26.5 against 31.7, 143.2,
+#     33.7); the small-M kernel up to 8 rows (M = 1: 22.9 and 21.9 against 24.7 and 24.1; 121.7
+#     against 116.8 on the largest shape).
+#   * 17 to 64 rows: INT4 32 x 128 x 128 (M = 64: 37.7, 199.5, 36.6; the best at 37.7, 196.5, 36.6);
+#     INT8 64 x 128 x 64 (45.7, 205.6, 42.3; the best at 42.9, 201.7, 41.3). The small-M kernel takes
+#     68-365 us there.
+#   * 65 to FPAINTB_DEQUANT_MIN_M - 1 rows: INT4 128 x 64 x 64, four warps (M = 256: 115.0, 683.3,
+#     104.8; the best at 114.5, 656.0, 104.8); INT8 128 x 128 x 64, eight warps (129.0, 692.7, 106.7,
+#     the best on all three). Dequantize + cuBLAS: 127-128, 732-739, 128.
+#   * From FPAINTB_DEQUANT_MIN_M rows dequantize + cuBLAS (M = 4096: 4242 us against 11924 for the
+#     GEMM on the largest shape; mma.sync on an H100 runs at a fraction of cuBLAS's wgmma rate).
+# Stream-K: 1, 2, 3, 4 and 8 CTAs per SM measured within 2% of each other wherever the tiles do not
+# fill the GPU (shared memory and registers let about 3 of these CTAs share an SM anyway); 3.
+FPAINTB_GEMV_MAX_M = {4: 8, 8: 8}
+FPAINTB_GEMV_MAX_N = 4096
+FPAINTB_DECODE = dict(m_tiles=1, n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True)
+# Tiled GEMM by M, per weight width: (most rows, tile, warp); stages from the catalog (per arch).
+FPAINTB_GEMM_TILES = {
+    4: [(16, (16, 128, 128), (16, 32)), (64, (32, 128, 128), (32, 32)), (None, (128, 64, 64), (64, 32))],
+    8: [(16, (16, 64, 128), (16, 16)), (64, (64, 128, 64), (32, 64)), (None, (128, 128, 64), (64, 32))],
+}
+FPAINTB_STREAMK_CTAS_PER_SM = 3
+# M tiles numbered together (ext[3]): a wave of CTAs covers this many rows of tiles, so it reads
+# each column tile of W once per group instead of once per row of tiles.
+FPAINTB_RASTER_GROUP = 8
+# From this many rows on, dequantizing once and running cuBLAS beats the tiled GEMM: at M = 256 the
+# GEMM wins (above), at M = 512 dequantize + cuBLAS takes 153, 951 and 693 us against the best
+# GEMM of the sweep's 240, 1300 and 994 ((K, N) = (4096, 12288), (14336, 21504), (28672, 8192)),
+# and at 4096 the GEMM loses 3x.
+FPAINTB_DEQUANT_MIN_M = 512
+
+
+@dataclass(frozen=True)
+class FpAIntBChoice:
+    """A kernel plus, for the tiled GEMM, its run-time knobs: ctas_per_sm > 0 splits the work
+    stream-K over round(sm_count * min(ctas_per_sm, what fits)) CTAs (0: one CTA per output tile;
+    a fraction gives fewer CTAs than SMs), and raster_group M tiles are numbered together."""
+
+    spec: FpAIntBGemvSpec | FpAIntBGemmSpec | FpAIntBDequantSpec
+    ctas_per_sm: float = 0
+    raster_group: int = 1
+
+    def __post_init__(self):
+        if self.ctas_per_sm < 0 or self.raster_group < 1:
+            raise ValueError(f"ctas_per_sm must be >= 0 and raster_group >= 1, got {self.ctas_per_sm} and "
+                             f"{self.raster_group}")
+        # (The decode variant of the small-M kernel takes ctas_per_sm too: split-K over CTAs.)
+        split_k = isinstance(self.spec, FpAIntBGemvSpec) and self.spec.stream
+        if not isinstance(self.spec, FpAIntBGemmSpec) and (self.raster_group != 1 or (self.ctas_per_sm and not split_k)):
+            raise ValueError(f"ctas_per_sm and raster_group are knobs of the tiled GEMM, not of {self.spec.name}")
+
+    @property
+    def dequantize(self) -> bool:
+        return isinstance(self.spec, FpAIntBDequantSpec)
+
+
+def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
+    """The tiled GEMM for M rows: tile by M; stream-K when the output tiles do not fill the GPU."""
+    tile, warp = next((t, w) for limit, t, w in FPAINTB_GEMM_TILES[bits] if limit is None or m <= limit)
+    stages = next(s for t, w, s in fpaintb_gemm_configs(bits, arch) if (t, w) == (tile, warp))
+    spec = FpAIntBGemmSpec(act, bits, tile, warp, stages, arch)
+    tiles_m = -(-m // tile[0])
+    tiles = tiles_m * -(-n // tile[1])
+    streamk = FPAINTB_STREAMK_CTAS_PER_SM if tiles < FPAINTB_STREAMK_CTAS_PER_SM * sm_count else 0
+    return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
+
+
+# The decode variant of the small-M kernel (FpAIntBGemvSpec stream=True: weights as the MMA's A
+# operand, a predicate-free K loop; issue 16) for M <= FPAINTB_STREAM_MAX_M on sm80 and later, in place
+# of the B-operand small-M kernel. Its K loop has 45-56 SASS instructions per 16 bytes of INT4 codes
+# (group 128 / per channel, with and without zeros) where the B-operand kernel has ~150 (that kernel
+# was issue-bound, issue 16). Measured on an H100 (bench_fpaintb.py --decode, six shapes, rotated
+# weights, CUDA graphs; 2026-11-25), INT4 g128 FP16 at M = 1, in us:
+#                 (K, N):  14336x21504  4096x12288  4096x22016  11008x4096  8192x28672  28672x8192
+#   old path                     74.4        18.4        30.6        15.3        60.9        61.9
+#   16 columns a CTA             65.7        14.2        25.0        12.0        50.4        46.7
+#   32 columns a CTA             59.4        12.2        20.8        17.8        48.9        50.8
+#   16 columns, split-K          78.7        14.2        24.9        11.9        50.4        46.7
+#   tinygemm / cuBLAS FP16  78.4/221.1   15.9/40.1   26.3/69.2   15.1/35.8  60.9/160.7  62.9/164.1
+# So INT4 takes 32-column CTAs from N = FPAINTB_STREAM_WIDE_MIN_N (384 CTAs and more: enough to fill
+# 132 SMs several times; below that the wider CTA leaves SMs idle), and no split-K (never faster by
+# more than 1%, 20% slower on 14336x21504, where the partial sums add traffic to a grid that was
+# already full). INT8 per channel keeps 16 columns (20.6 us on 4096x12288 against 22.2; 97% of the
+# INT8 floor on the largest shape). At M = 16 the 16-token CTAs lost to the 16-row tiled GEMM on
+# five shapes of six (e.g. 127.6 against 75.7 us on 14336x21504: twice the activation registers
+# halve the occupancy), so the decode variant stops at 8 rows and M 9-16 keep the tiled GEMM.
+# Split-K stays in the kernel (FPAINTB_STREAM_CTAS_PER_SM > 0 turns it on) for grids smaller than
+# these shapes.
+FPAINTB_STREAM_MAX_M = 8
+FPAINTB_STREAM_CTAS_PER_SM = 0
+FPAINTB_STREAM_WIDE_MIN_N = 12288
+FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
+    4: (dict(n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+    8: (dict(n_tiles=2, warps_k=8, min_warps_per_sm=16, rows8=True),
+        dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
+}
+FPAINTB_STREAM_WIDE = dict(n_tiles=4, warps_k=4, rows8=True)  # INT4, M <= 8, N >= FPAINTB_STREAM_WIDE_MIN_N
+
+
+def fpaintb_stream_choice(m: int, n: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
+    """The decode variant's configuration for M <= FPAINTB_STREAM_MAX_M rows (FPAINTB_STREAM)."""
+    config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
+    if bits == 4 and m <= 8 and n >= FPAINTB_STREAM_WIDE_MIN_N:
+        config = FPAINTB_STREAM_WIDE
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM)
+
+
+def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:
+    if m >= FPAINTB_DEQUANT_MIN_M:
+        return FpAIntBChoice(FpAIntBDequantSpec(act, bits, arch))
+    if arch >= 80 and m <= FPAINTB_STREAM_MAX_M:
+        return fpaintb_stream_choice(m, n, bits, act, arch)
+    if m <= FPAINTB_GEMV_MAX_M[bits] and (bits == 8 or n <= FPAINTB_GEMV_MAX_N):
+        return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, **FPAINTB_DECODE))
+    return fpaintb_gemm_choice(m, n, k, bits, act, arch, sm_count)
+
+
+# FpA x IntB on Sm90 (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective, the weight as WGMMA's
+# A and the tokens on the kernel's N). Measured on an H100 (bench_fpaintb.py, INT4 group 128, FP16,
+# rotated weights, six shapes; geomean against cuBLAS FP16, the Sm80 path in brackets): M 64 1.73x
+# (0.97x), M 256 0.89x (0.39x), M 4096 0.72x (0.91x: dequantize + cuBLAS beat the Sm90 kernel on
+# all six shapes, e.g. N 12288, K 4096: 700 against 1100 us). Hence dequantize + cuBLAS from
+# FPAINTB_SM90_DEQUANT_MIN_M = 1024 rows, where the two are estimated even on the largest weight
+# (dequantizing costs one pass over the weight, ~200 us for 8192 x 28672; the Sm90 kernel runs at
+# ~0.73x cuBLAS's rate). The tile table is still the starting point (not swept):
+#   * below FPAINTB_SM90_MIN_M rows the Sm80 kernels above stay (issue 16: qgemm's small-M kernels
+#     measured 2.35x / 1.71x cuBLAS FP16 at M = 1 / 16; CUTLASS publishes 2.0-2.2x for its mixed-input
+#     kernel there), from it the Sm90 kernel (qgemm measured 0.72x cuBLAS at M = 64 and 0.35x at 256,
+#     CUTLASS's stock mixed-input example 0.94-1.02x at 256);
+#   * token tile by M: 64 wide up to 64 rows (one token tile: the weight is read once), 128 wide up
+#     to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition: whole waves run
+#     data-parallel, only the tiles short of a wave split their K), and 128 x 256 persistent for large
+#     batches, where the tiles fill the GPU many times;
+#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows (above);
+#   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
+#     tile) stays on the Sm80 kernels.
+FPAINTB_SM90_MIN_M = 32
+FPAINTB_SM90_WIDE_MIN_M = 1024
+FPAINTB_SM90_DEQUANT_MIN_M = 1024
+# (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
+FPAINTB_SM90_TILES = [
+    (64, (128, 64), "cooperative", "streamk"),
+    (FPAINTB_SM90_WIDE_MIN_M - 1, (128, 128), "cooperative", "streamk"),
+    (None, (128, 256), "cooperative", "persistent"),
+]
+
+
+RASTER_HEURISTIC = 0  # ext[2] of the Sm90 kernel: CUTLASS's raster heuristic
+
+
+@dataclass(frozen=True)
+class FpAIntBSm90Choice:
+    """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..4]):
+    raster order (0 CUTLASS's heuristic, 1 along M, 2 along N of the kernel's own M, N), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
+    (0: CUTLASS's heuristic decomposition)."""
+
+    spec: FpAIntBSm90Spec
+    raster: int = RASTER_HEURISTIC
+    swizzle: int = 1
+    splits: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.spec, FpAIntBSm90Spec):
+            raise TypeError(f"spec must be a FpAIntBSm90Spec, got {type(self.spec).__name__}")
+        if self.raster not in (0, 1, 2) or self.swizzle not in (1, 2, 4, 8):  # ext[2]: heuristic, along M, along N
+            raise ValueError(f"raster must be 0, 1 or 2 and swizzle 1, 2, 4 or 8, got {self.raster} and {self.swizzle}")
+        if not 0 <= self.splits <= 64 or (self.splits > 1 and self.spec.scheduler != "streamk"):
+            raise ValueError(f"splits must be in [0, 64], and above 1 only on a stream-K kernel, got {self.splits} "
+                             f"for {self.spec.name}")
+
+    @property
+    def dequantize(self) -> bool:
+        return False
+
+
+def fpaintb_sm90_applies(m: int, n: int, k: int, group_size: int, target_sm: int) -> bool:
+    """Whether M rows of this weight run the Sm90 kernel (FpAIntBPlan with sm90=True)."""
+    if target_sm != 90 or m < FPAINTB_SM90_MIN_M:
+        return False
+    if FPAINTB_SM90_DEQUANT_MIN_M is not None and m >= FPAINTB_SM90_DEQUANT_MIN_M:
+        return False
+    return n % 8 == 0 and k % FpAIntBSm90Spec.TILE_K == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k)
+
+
+def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int) -> FpAIntBSm90Choice:
+    """The catalog's Sm90 FpA x IntB kernel for M rows (the table above)."""
+    tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
+                                     if limit is None or m <= limit)
+    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler))

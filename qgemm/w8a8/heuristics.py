@@ -1,0 +1,275 @@
+"""W8A8 kernel choice by shape, in Python where tests reach it.
+
+W8A8 (one K-block per threadblock): each output tile is a chain of K/block_size
+folds, so the time is set by how many chains run side by side and how much work
+each link does. Small M wants many narrow tiles (more chains in flight, less
+padding in M); large M wants the big tile (fewer re-reads of A and B).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from cutlass_gen.catalog import catalog
+from cutlass_gen.families.w8a8 import w8a8_sm90_configs
+from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
+from cutlass_gen.families.w8a8 import W8A8GemmSpec, W8A8GemvSpec, W8A8PromoteSpec, W8A8Sm90Spec
+
+
+def w8a8_tile_for(m: int, n: int, sm_count: int) -> tuple[int, int]:
+    """(tile M, tile N) for an M x N output on a GPU with sm_count multiprocessors."""
+    if m <= 32:
+        return (32, 128)
+    big_tiles = -(-m // 128) * -(-n // 128)
+    if big_tiles >= 2 * sm_count:
+        return (128, 128)
+    return (64, 64)
+
+
+@functools.lru_cache(maxsize=4096)
+def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_count: int) -> W8A8GemmSpec:
+    """The catalog's W8A8 kernel for this shape: the newest arch whose tile K divides
+    block_size (Sm80's K=64 tiles can't serve block size 32), then the tile by shape."""
+    tile_mn = w8a8_tile_for(m, n, sm_count)
+    candidates = [
+        s for s in catalog(target_sm, W8A8GemmSpec.family)
+        if s.output == output and s.supports_block_size(block_size) and s.supports_target(target_sm)
+    ]
+    if not candidates:
+        raise ValueError(f"no W8A8 kernel in the sm{target_sm} catalog for block_size={block_size}, output={output}")
+    best_arch = max(s.arch for s in candidates)
+    candidates = [s for s in candidates if s.arch == best_arch]
+    for spec in candidates:
+        if spec.tile[:2] == tile_mn:
+            return spec
+    return candidates[0]
+
+
+# --- W8A8 on sm90 (register promotion per K-block, W8A8Sm90Spec) -------------------------------
+#
+# Provisional, to be set from benchmarks/bench_w8a8.py --sweep on an H100 (the FP8 family's rules,
+# whose kernels have the same structure, are the starting point):
+#   * decode-sized M: swap A and B so the weight's rows fill the 128-row tile and the tokens a
+#     narrow tile N (16, 32, 64): the narrowest whose (weight tiles x token tiles) fit one wave,
+#     so every weight byte is read once from DRAM. Up to 16 tokens there is one token tile, and a
+#     weight of fewer than W8A8_SM90_DECODE_STREAMK_TILES row tiles (N = 4096: 32) would stream
+#     from only that many SMs: stream-K splits its K over the whole GPU;
+#   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
+#     promotes its block product, the other's WGMMAs run), persistent; stream-K when the output
+#     tiles do not fill the GPU once (few tiles, deep K).
+W8A8_SM90_SWAP_MAX_M = 64
+W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
+W8A8_SM90_DECODE_STREAMK_TILES = 132
+
+
+@dataclass(frozen=True)
+class W8A8Sm90Choice:
+    """A W8A8 Sm90 kernel plus its run-time scheduling knobs (QgemmProblem ext[1..3])."""
+
+    spec: W8A8Sm90Spec
+    raster: int = 0
+    swizzle: int = 1
+    splits: int = 0  # stream-K kernels only: 0 lets CUTLASS choose the decomposition
+
+
+def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, epilogue: str,
+                     sm_count: int) -> W8A8Sm90Choice:
+    def spec(tile, swap_ab, scheduler="persistent"):
+        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue)
+
+    # Only the configurations the catalog builds for this block size (outputs and epilogues outside
+    # the catalog are built on first use, in the same configuration as the catalog's F16 kernel).
+    available = set(w8a8_sm90_configs(block_size))
+
+    def pick(tile, swap_ab, scheduler="persistent"):
+        if (tile, swap_ab, scheduler) not in available:
+            scheduler = "persistent"
+        return W8A8Sm90Choice(spec(tile, swap_ab, scheduler))
+
+    weight_tiles = -(-n // 128)
+    if m <= W8A8_SM90_SWAP_TILES_N[0]:
+        streamk = weight_tiles < min(sm_count, W8A8_SM90_DECODE_STREAMK_TILES)
+        return pick((128, 16), True, "streamk" if streamk else "persistent")
+    if m <= W8A8_SM90_SWAP_MAX_M:
+        swap_tiles = [t for t in W8A8_SM90_SWAP_TILES_N if ((128, t), True, "persistent") in available]
+        fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
+        return pick((128, fits[0] if fits else swap_tiles[-1]), True)
+    tiles = -(-m // 128) * weight_tiles
+    return pick((128, 128), False, "streamk" if tiles < sm_count else "persistent")
+
+
+
+# --- W8A8 on Sm80/Sm75 (register promotion per K-block, W8A8PromoteSpec) ------------------------
+#
+# Provisional (not yet measured; to be set from benchmarks/bench_w8a8.py on the device), after the
+# FpA x IntB tiled GEMM's rules, whose mainloop has the same structure:
+#   * M <= W8A8_PROMOTE_DECODE_MAX_M: the 16 x 128 tile: every weight byte read once per 16 rows;
+#   * M <= W8A8_PROMOTE_MIDDLE_MAX_M: 64 x 128 (four warps of 32 x 64), on arch 80 (the Sm75
+#     catalog has no such kernel: the 128 x 128 tile there);
+#   * beyond: 128 x 128 (eight warps of 64 x 32: int32 and FP32 accumulators fit 64 + 64 registers).
+#   * stream-K over W8A8_PROMOTE_STREAMK_CTAS_PER_SM CTAs per SM (at most what fits) when there are
+#     fewer than W8A8_PROMOTE_STREAMK_WAVES tiles per SM: below one wave SMs idle (a decode batch on a
+#     4096-row weight: 32 tiles), and between one and two the second wave runs part-empty (the
+#     128 x 128 kernel fits one CTA per SM). The splits fall on K-block boundaries; each CTA adds at
+#     most two tiles of FP32 partials to the traffic.
+#   * raster groups of W8A8_PROMOTE_RASTER_GROUP M tiles (CTAs running together share weight tiles).
+W8A8_PROMOTE_DECODE_MAX_M = 16
+W8A8_PROMOTE_MIDDLE_MAX_M = 64
+W8A8_PROMOTE_STREAMK_CTAS_PER_SM = 2
+W8A8_PROMOTE_STREAMK_WAVES = 2
+W8A8_PROMOTE_RASTER_GROUP = 8
+
+
+@dataclass(frozen=True)
+class W8A8PromoteChoice:
+    """A W8A8 Sm80/Sm75 kernel plus its run-time knobs: ctas_per_sm > 0 splits the work stream-K over
+    round(sm_count * min(ctas_per_sm, what fits)) CTAs (0: one CTA per output tile), and raster_group
+    M tiles are numbered together (QgemmProblem ext[2], ext[3])."""
+
+    spec: W8A8PromoteSpec
+    ctas_per_sm: float = 0
+    raster_group: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.spec, W8A8PromoteSpec):
+            raise TypeError(f"spec must be a W8A8PromoteSpec, got {type(self.spec).__name__}")
+        if self.ctas_per_sm < 0 or not isinstance(self.raster_group, int) or self.raster_group < 1:
+            raise ValueError(f"ctas_per_sm must be >= 0 and raster_group an int >= 1, got {self.ctas_per_sm} and "
+                             f"{self.raster_group!r}")
+
+
+def w8a8_promote_arch(target_sm: int) -> int:
+    """The promote kernels' arch for a build target: the cp.async mainloop from sm80 on (sm90 too)."""
+    return 80 if target_sm >= 80 else 75
+
+
+def w8a8_promote_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, arch: int,
+                        sm_count: int) -> W8A8PromoteChoice:
+    if m <= W8A8_PROMOTE_DECODE_MAX_M:
+        config = W8A8_PROMOTE_DECODE
+    elif m <= W8A8_PROMOTE_MIDDLE_MAX_M and arch >= 80:
+        config = W8A8_PROMOTE_MIDDLE
+    else:
+        config = W8A8_PROMOTE_LARGE
+    spec = w8a8_promote_spec(config, arch, scheme, output)
+    tiles_m = -(-m // spec.tile[0])
+    tiles = tiles_m * -(-n // spec.tile[1])
+    streamk = W8A8_PROMOTE_STREAMK_CTAS_PER_SM if tiles < W8A8_PROMOTE_STREAMK_WAVES * sm_count else 0
+    return W8A8PromoteChoice(spec, streamk, min(W8A8_PROMOTE_RASTER_GROUP, tiles_m))
+
+
+# --- W8A8 decode: the fused quantize + GEMV kernel (W8A8GemvSpec) -------------------------------
+#
+# Provisional (not yet measured; benchmarks/device_w8dec.sh times every variant on the device, and
+# these values are to be set from it):
+#   * plans built with launch_mode "auto" on sm80+ run it for M <= W8A8_GEMV_MAX_M (the kernel
+#     holds at most 16 rows: one m16 MMA tile);
+#   * M <= W8A8_GEMV_NARROW_MAX_M: the "narrow" variant (128 columns per CTA, 3 chunks of loads
+#     ahead); above, "wide" (256 columns: each CTA quantizes x for twice as many weight bytes, which
+#     halves the quantization's share at 16 rows);
+#   * K split so that about W8A8_GEMV_CTAS_PER_SM CTAs per SM run (column tiles x splits), and never
+#     more K per CTA than its shared memory holds.
+W8A8_GEMV_NARROW_MAX_M = 8
+W8A8_GEMV_CTAS_PER_SM = 2
+#   * on sm90 the "_cl8" variants split K inside a cluster of 8 CTAs and reduce through distributed
+#     shared memory: no partial buffer, no counters to zero (one graph node per call instead of a
+#     memset and the kernel), but at most 8 splits, so K / 8 must fit one CTA's shared memory.
+#     W8A8_GEMV_PREFER_CLUSTER (off until measured) makes the heuristic take them where they fit.
+W8A8_GEMV_MAX_M = 16
+W8A8_GEMV_VARIANTS = {
+    "narrow": dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
+    "wide": dict(warps=8, n_tiles=4, depth=2, min_ctas=2),
+    "deep": dict(warps=4, n_tiles=4, depth=3, min_ctas=3),
+    "narrow_cl8": dict(warps=8, n_tiles=2, depth=4, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                       max_slice_blocks=32),
+    "wide_cl8": dict(warps=8, n_tiles=4, depth=2, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
+                     max_slice_blocks=32),
+}
+W8A8_GEMV_PREFER_CLUSTER = False
+
+
+@dataclass(frozen=True)
+class W8A8GemvChoice:
+    """A W8A8 decode kernel and its K slice (QgemmProblem ext[2]: K-blocks per CTA)."""
+
+    spec: W8A8GemvSpec
+    slice_blocks: int
+
+    def __post_init__(self):
+        if not isinstance(self.spec, W8A8GemvSpec):
+            raise TypeError(f"spec must be a W8A8GemvSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.slice_blocks, int) or self.slice_blocks < 1:
+            raise ValueError(f"slice_blocks must be an int >= 1, got {self.slice_blocks!r}")
+
+
+# Measured on an H100 (device_w8dec.sh, 2026-11-25; six shapes, rotated weights, CUDA graphs; us,
+# symmetric, "today" = act_quant + the Sm90 swap-AB WGMMA kernel):
+#             (N, K):  4096x4096  12288x4096  8192x28672  28672x8192  2112x7168  7168x2048
+#   M = 1   fused          12.1        30.2        97.7        98.3       12.1       11.7
+#           today          17.0        24.9        90.0        84.8       18.8       14.3
+#   M = 4   fused          12.8        34.7       113.3       111.9       13.0       12.5
+#           today          16.4        25.1        91.1        85.6       18.9       14.9
+#   M = 16  fused          21.5        35.7       144.6       139.5       25.4       18.0
+#           today          16.8        24.0        91.3        86.2       20.8       14.5
+# (asymmetric alike). The fused kernel saves the second launch and the activation round trip, which
+# is what small layers pay for, but streams the weight more slowly than the WGMMA kernel (ncu at
+# M = 1 on 2112x7168: DRAM 34% busy, 22% achieved occupancy at 116 registers, no eligible warp 78% of
+# cycles: too few loads in flight); with 16 rows it also quantizes x once per column tile. So on sm90
+# it takes M <= W8A8_GEMV_SM90_MAX_M rows of weights up to W8A8_GEMV_SM90_MAX_WEIGHT elements (the
+# three small shapes, 15-17 M elements, won by 1.2-1.6x; the large ones, 50-235 M, lost). Below sm90
+# the other path is act_quant + the 2.x promote kernel, not measured against it: M <= W8A8_GEMV_MAX_M.
+W8A8_GEMV_SM90_MAX_M = 4
+W8A8_GEMV_SM90_MAX_WEIGHT = 32 << 20
+
+
+def w8a8_gemv_applies(m: int, target_sm: int, n: int = 0, k: int = 0) -> bool:
+    """Whether plan(x) with M rows runs the fused decode kernel (an [N, K] weight; 0: size unknown)."""
+    if target_sm >= 90:
+        return 1 <= m <= W8A8_GEMV_SM90_MAX_M and n * k <= W8A8_GEMV_SM90_MAX_WEIGHT
+    return target_sm >= 80 and 1 <= m <= W8A8_GEMV_MAX_M
+
+
+def w8a8_gemv_slice_blocks(spec, n: int, k: int, block_size: int, sm_count: int,
+                           ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM) -> int:
+    """K-blocks per CTA: enough K splits for about ctas_per_sm CTAs per SM, within the CTA's shared
+    memory, with no empty split."""
+    blocks = k // block_size
+    most = spec.max_slice_blocks_for(block_size)
+    tiles = -(-n // spec.tile_n)
+    wanted = -(-round(ctas_per_sm * sm_count) // tiles)
+    splits = max(-(-blocks // most), min(blocks, wanted))
+    return -(-blocks // splits)
+
+
+def w8a8_gemv_cluster_slice_blocks(spec, k: int, block_size: int) -> int | None:
+    """K-blocks per CTA of a cluster variant (the K in spec.cluster slices), None where a slice would
+    not fit the CTA's shared memory."""
+    slice_blocks = -(-(k // block_size) // spec.cluster)
+    return slice_blocks if slice_blocks <= spec.max_slice_blocks_for(block_size) else None
+
+
+def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme: str, output: str, sm_count: int,
+                     variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM,
+                     target_sm: int = 80) -> W8A8GemvChoice:
+    """The decode kernel for M rows and its K slice. `variant` (a W8A8_GEMV_VARIANTS key) forces one;
+    a cluster variant raises ValueError where K does not fit its 8 slices or the target is below sm90."""
+    chosen = variant
+    if variant is None:
+        variant = "narrow" if m <= W8A8_GEMV_NARROW_MAX_M else "wide"
+    if variant not in W8A8_GEMV_VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(W8A8_GEMV_VARIANTS)}, got {variant!r}")
+    if chosen is None and W8A8_GEMV_PREFER_CLUSTER and target_sm >= 90:
+        spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant + "_cl8"])
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is not None:
+            return W8A8GemvChoice(spec, slice_blocks)
+    spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
+    if spec.cluster:
+        if target_sm < 90:
+            raise ValueError(f"variant {variant!r} needs an sm90 GPU (thread block clusters), target is sm{target_sm}")
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is None:
+            raise ValueError(f"variant {variant!r}: K={k} in {spec.cluster} slices does not fit a CTA's shared memory "
+                             f"(at most {spec.max_slice_blocks_for(block_size)} blocks of {block_size})")
+        return W8A8GemvChoice(spec, slice_blocks)
+    return W8A8GemvChoice(spec, w8a8_gemv_slice_blocks(spec, n, k, block_size, sm_count, ctas_per_sm))

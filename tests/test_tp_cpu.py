@@ -20,7 +20,7 @@ from torch import nn
 import qgemm
 from qgemm import tp, wq_format
 from qgemm.nn import Fp8Linear, QuantLinear, W8A8Linear
-from qgemm.wq_format import IntWeight
+from qgemm.fpaintb.wq_format import IntWeight
 
 
 def gen(seed):

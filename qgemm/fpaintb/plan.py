@@ -23,7 +23,6 @@ Layouts (explicit, as the kernels read them):
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -48,52 +47,35 @@ _WHAT = "qgemm FpA x IntB GEMM"
 
 class StreamKBuffers:
     """What a launch whose tiles are split between CTAs (stream-K) needs besides its operands: an
-    FP32 partial buffer of two tiles per CTA, fresh per call, and the tile counters, which every
-    launch leaves zero.
+    FP32 partial buffer of two tiles per CTA and the tile counters, which every launch leaves zero.
 
-    Eager calls keep the counters per stream: launches on one stream run in order, so they never
-    share counters in flight. A launch captured into a CUDA graph gets counters of its own, zeroed
-    inside the graph: the graph replays with the pointers it captured, and counters shared with
-    another graph (or with eager calls) on the stream of the capture would be counted by both when
-    the two replay at once on two streams; each CTA would then wait for tiles counted by the other
-    launch, a hang (issue 18).
+    Both come from one allocation per call, the counters zeroed on the call's stream (one small
+    memset). Nothing is kept between calls:
+    * a launch captured into a CUDA graph replays with the pointers it captured, and counters shared
+      with another graph (or with eager calls) would be counted by both when the two replay at once
+      on two streams; each CTA would then wait for tiles counted by the other launch, a hang
+      (issue 18);
+    * torch.compile's CUDA-graph trees run a first (warm-up) call of each new shape eagerly with its
+      allocations in the graph's private pool, and refuse a call that leaves a tensor of that pool
+      alive ("tensors in the cudagraph pool not tracked as outputs"): counters cached per stream,
+      as this class kept them before, failed test_nn_gpu's reduce-overhead test on an H100.
     """
 
     def __init__(self, device: torch.device):
         self.device = device
-        self._counters: dict[int, torch.Tensor] = {}
-        self._lock = threading.Lock()
 
     def get(self, launch, tile: tuple, stream: int) -> tuple[torch.Tensor | None, int]:
         """(partial buffer, counters pointer) for this launch, (None, 0) when no tile is split. Keep
-        the buffer referenced until the launch is issued (it also holds a captured launch's counters)."""
+        the buffer referenced until the launch is issued (the view also holds the counters)."""
         if launch.workspace_bytes == 0:
             return None, 0
         tile_m, tile_n = tile[:2]
         partial_floats = launch.grid[0] * 2 * tile_m * tile_n
-        if _capturing(self.device):
-            # One allocation from the graph's private pool: the partial tiles, then the counters,
-            # zeroed by a memset the graph replays. The returned view keeps the whole buffer alive.
-            counter_floats = -(-int(launch.workspace_bytes) // 4)
-            buffer = torch.empty(partial_floats + counter_floats, dtype=torch.float32, device=self.device)
-            counters = buffer[partial_floats:]
-            counters.zero_()
-            return buffer[:partial_floats], counters.data_ptr()
-        partial = torch.empty(partial_floats, dtype=torch.float32, device=self.device)
-        with self._lock:  # two threads on one stream must not make two sets
-            counters = self._counters.get(stream)
-            if counters is None or counters.numel() < launch.workspace_bytes:
-                counters = self._counters[stream] = torch.zeros(launch.workspace_bytes, dtype=torch.uint8,
-                                                                device=self.device)
-        return partial, counters.data_ptr()
-
-
-def _capturing(device: torch.device) -> bool:
-    """Whether torch's current stream on `device` is capturing a CUDA graph."""
-    if device.index is None or device.index == torch.cuda.current_device():
-        return torch.cuda.is_current_stream_capturing()
-    with torch.cuda.device(device):
-        return torch.cuda.is_current_stream_capturing()
+        counter_floats = -(-int(launch.workspace_bytes) // 4)
+        buffer = torch.empty(partial_floats + counter_floats, dtype=torch.float32, device=self.device)
+        counters = buffer[partial_floats:]
+        counters.zero_()
+        return buffer[:partial_floats], counters.data_ptr()
 
 
 def check_act_dtype(act_dtype: torch.dtype, device: torch.device, what: str) -> int:

@@ -9,9 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import ClassVar
 
-from cutlass_library import DataType, DataTypeTag
+
+def _import_cutlass_library():
+    """cutlass_library, imported with an empty command line: its generator module parses sys.argv
+    when imported (for --disable-cutlass-package-imports), so `qgemm --help` printed cutlass's usage
+    and exited before qgemm's parser ran."""
+    argv = sys.argv
+    sys.argv = argv[:1]
+    try:
+        import cutlass_library
+    finally:
+        sys.argv = argv
+    return cutlass_library
+
+
+_cutlass_library = _import_cutlass_library()
+DataType, DataTypeTag = _cutlass_library.DataType, _cutlass_library.DataTypeTag
 
 # Target SMs the build driver compiles for (sm_90 means sm_90a).
 SUPPORTED_TARGETS = (75, 80, 90)

@@ -84,6 +84,17 @@ def test_python_dash_m_qgemm():
     assert proc.stdout.splitlines() == [s.name for s in catalog(80)]
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["render", "--help"]])
+def test_help_is_qgemms(argv):
+    """`qgemm --help` as the console script runs it (a fresh interpreter whose sys.argv holds the
+    flag while cutlass_library is imported: its generator parses sys.argv on import)."""
+    code = f"import sys; sys.argv = {['qgemm'] + argv!r}; from cutlass_gen.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: qgemm"), proc.stdout[:300]
+    assert "disable-cutlass-package-imports" not in proc.stdout
+
+
 def test_build_with_no_matching_kernels_fails(tmp_cache, capsys):
     assert cli.main(["build", "--sm", "75", "--kernels", "nomatch*"]) == 1
     assert "no kernels match" in capsys.readouterr().err

@@ -7,6 +7,9 @@ import re
 import subprocess
 
 import pytest
+import torch
+
+import qgemm
 
 from conftest import requires_nvcc
 from cutlass_gen.build import build
@@ -172,3 +175,20 @@ def test_ptxas_no_spills(config, tmp_path):
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, log
     registers = int(re.search(r"Used (\d+) registers", log).group(1))
     assert registers * 32 * spec.warps * spec.min_ctas <= 65536, registers
+
+
+def test_prebuild_names_the_kernels_plan_x_runs(monkeypatch):
+    """qgemm.prebuild of an auto plan on sm90 collects the fused decode kernel where plan(x) takes it
+    (small weight, M <= 4) and act_quant + the Sm90 GEMM elsewhere."""
+    from qgemm import _checks
+    from qgemm.w8a8 import plan as w8a8_plan
+    from qgemm.prebuild import _plan_specs
+    monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(w8a8_plan, "sm_count", lambda device: 132)
+    weight = qgemm.W8A8Weight.from_float(torch.randn(2112, 1024), 128, scheme="symmetric")
+    plan = qgemm.W8A8GemmPlan(weight, out_dtype=torch.float16)
+    specs = _plan_specs(plan, (1, 4, 16))
+    families = [s.family for s in specs]
+    assert families == ["w8a8_gemv", "w8a8_gemv", "act_quant", "w8a8_gemm_sm90"], families
+    assert specs[0].input == specs[0].output == "f16" and specs[2].symmetric

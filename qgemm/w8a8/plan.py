@@ -331,6 +331,18 @@ class W8A8GemmPlan(Plan):
         return heuristics.w8a8_spec(m, self.weight.n, self.weight.block_size, self._output, self.target_sm,
                                     self._sm_count)
 
+    def kernel_specs(self, m_values) -> list:
+        """Every kernel plan(x) launches for these M, with x in the output's dtype (qgemm.prebuild):
+        the fused decode kernel where it takes the call, else act_quant and the GEMM."""
+        x_dtype = {name: dtype for dtype, name in INPUT_DTYPES.items()}[self._output]
+        specs = []
+        for m in m_values:
+            if self._gemv is not None and heuristics.w8a8_gemv_applies(m, self.target_sm, self._n, self._k):
+                specs.append(self._gemv.choice(m, x_dtype).spec)
+            else:
+                specs += [ActQuantSpec(self._output, symmetric=self.scheme == "symmetric"), self.kernel_spec(m)]
+        return specs
+
     def choice(self, m: int) -> heuristics.W8A8Sm90Choice:
         """The Sm90 kernel and scheduling for M rows (heuristics.w8a8_sm90_choice)."""
         return heuristics.w8a8_sm90_choice(m, self._n, self._k, self.weight.block_size, self.scheme, self._output,

@@ -48,6 +48,22 @@ class KernelSpec:
     # Lowest CUTLASS ArchTag the kernel uses; a target SM must be at least this.
     arch: int
 
+    # The element types of specs with an `input` or `output` field, for the templates: the CUTLASS
+    # C++ type (cutlass_library's tag) and the CUDA device type the plain kernels compute in.
+    DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
+
+    @property
+    def input_ctype(self) -> str:
+        return ctype(self.input)
+
+    @property
+    def output_ctype(self) -> str:
+        return ctype(self.output)
+
+    @property
+    def output_device_type(self) -> str:
+        return self.DEVICE_TYPES[self.output]
+
     @property
     def name(self) -> str:
         raise NotImplementedError

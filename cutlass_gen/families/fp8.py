@@ -80,10 +80,6 @@ class Fp8BlockwiseGemmSpec(KernelSpec):
             raise ValueError(f"cluster must be (1, 1), (2, 1) or (1, 2), got {cluster}")
 
     @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
-
-    @property
     def act_ctype(self) -> str:
         return ctype(self.act)
 
@@ -122,14 +118,6 @@ class Fp8ActQuantSpec(KernelSpec):
             raise ValueError(f"output must be one of {self.OUTPUTS}, got {self.output!r}")
         if self.arch != 90:
             raise ValueError(f"arch must be 90 for {self.family} (it feeds the sm90 FP8 GEMM), got {self.arch!r}")
-
-    @property
-    def input_ctype(self) -> str:
-        return ctype(self.input)
-
-    @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
 
     @property
     def name(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..spec import Slots, KernelSpec, _check_int8_tensorop, _check_stages_and_smem, _shape, _warps, ctype
+from ..spec import Slots, KernelSpec, _check_int8_tensorop, _check_stages_and_smem, _shape, _warps
 
 
 # The W8A8 GEMMs' operand slots: one layout for the three GEMM families, so that a plan fills one
@@ -54,10 +54,6 @@ class W8A8GemmSpec(KernelSpec):
     @property
     def instruction(self) -> tuple[int, int, int]:
         return self.INSTRUCTIONS[self.arch]
-
-    @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
 
     @property
     def name(self) -> str:
@@ -146,10 +142,6 @@ class W8A8Sm90Spec(KernelSpec):
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 
     @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
-
-    @property
     def activation_functor(self) -> str:
         return self.EPILOGUES[self.epilogue]
 
@@ -193,10 +185,6 @@ class ActQuantSpec(KernelSpec):
             raise ValueError(f"symmetric must be a bool, got {self.symmetric!r}")
 
     @property
-    def input_ctype(self) -> str:
-        return ctype(self.input)
-
-    @property
     def name(self) -> str:
         return f"qgemm_act_quant_sm{self.arch}_{self.input}_s8{'_sym' if self.symmetric else ''}"
 
@@ -224,7 +212,6 @@ class W8A8PromoteSpec(KernelSpec):
     ARCHS: ClassVar[tuple] = (75, 80)
     SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
     OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
-    DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
     TILE_M: ClassVar[tuple] = (16, 32, 64, 128, 256)
     TILE_N: ClassVar[tuple] = (32, 64, 128)
     TILE_K: ClassVar[tuple] = (32, 64, 128)
@@ -292,14 +279,6 @@ class W8A8PromoteSpec(KernelSpec):
         row_vecs = vec_blocks * vectors * tm * 4
         col_vecs = vec_blocks * vectors * (tn if self.scheme == "asymmetric" else 4) * 4
         return self.stages * (tm * tk + tn * tk + -(-row_vecs // 16) * 16 + col_vecs)
-
-    @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
-
-    @property
-    def output_device_type(self) -> str:
-        return self.DEVICE_TYPES[self.output]
 
     def supports_block_size(self, block_size: int) -> bool:
         return block_size in self.BLOCK_SIZES
@@ -442,7 +421,6 @@ class W8A8GemvSpec(KernelSpec):
     INPUTS: ClassVar[tuple] = ("f32", "f16", "bf16")
     OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
     SCHEMES: ClassVar[tuple] = ("asymmetric", "symmetric")
-    DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
     BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
     MAX_M: ClassVar[int] = 16
 
@@ -478,18 +456,6 @@ class W8A8GemvSpec(KernelSpec):
     @property
     def tile_n(self) -> int:
         return 8 * self.n_tiles * self.warps
-
-    @property
-    def input_ctype(self) -> str:
-        return ctype(self.input)
-
-    @property
-    def output_ctype(self) -> str:
-        return ctype(self.output)
-
-    @property
-    def output_device_type(self) -> str:
-        return self.DEVICE_TYPES[self.output]
 
     def max_slice_blocks_for(self, block_size: int) -> int:
         """K-blocks one CTA can hold for this block size."""

@@ -11,25 +11,20 @@ Bounds as in test_fpaintb_gpu.py (FP16 2e-3, BF16 1e-2).
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from cutlass_gen.render import render
 from cutlass_gen.families.fpaintb import FpAIntBGemvSpec
-from cutlass_gen.toolchain import cutlass_include_dirs
 from qgemm import wq_format
 from qgemm._abi import QgemmLaunch, QgemmProblem
 from qgemm.fpaintb import ACTIVATIONS, IntBWeight
 
-from test_w8a8_promote_emulated import EMULATOR, ROOT, _cuda_include
+from emulator_util import compile_emulated, emulated_kernels, requires_emulator
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None or _cuda_include() is None,
-                                reason="needs g++ and the CUDA headers (cuda_fp16.h)")
+pytestmark = requires_emulator
 
 BOUND = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -38,18 +33,7 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 class Emulated:
     def __init__(self, spec: FpAIntBGemvSpec, folder: Path):
         self.spec = spec
-        source = folder / f"{spec.name}.cpp"
-        source.write_text(render(spec).source)
-        library = folder / f"{spec.name}.so"
-        includes = [EMULATOR, ROOT / "templates" / "include", *cutlass_include_dirs(), _cuda_include()]
-        command = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *[f"-I{d}" for d in includes], str(source),
-                   "-o", str(library)]
-        done = subprocess.run(command, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-4000:]
-        self.lib = ctypes.CDLL(str(library))
-        self.lib.emu_launch.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.c_void_p]
-        self.lib.emu_error.restype = ctypes.c_char_p
-        self.lib.qgemm_plan.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.POINTER(QgemmLaunch)]
+        self.lib = compile_emulated(spec, folder)
 
     def run(self, x, weight: IntBWeight, scale, bias=None, activation="none", schedule=0, slots=0):
         """slots > 0: split-K, as the plan asks for it (ext[2]: the CTAs that run at once)."""
@@ -84,14 +68,7 @@ class Emulated:
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qgemm-gemv-emulated")
-    cache: dict = {}
-
-    def get(spec):
-        if spec not in cache:
-            cache[spec] = Emulated(spec, folder)
-        return cache[spec]
-    return get
+    return emulated_kernels(tmp_path_factory.mktemp("qgemm-gemv-emulated"), Emulated)
 
 
 def _weight(k, n, bits, group_size, zeros, dtype, seed):

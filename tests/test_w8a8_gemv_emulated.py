@@ -20,13 +20,13 @@ import math
 import pytest
 import torch
 
-from cutlass_gen.render import render
 from cutlass_gen.families.w8a8 import W8A8GemvSpec
-from cutlass_gen.toolchain import cutlass_include_dirs
 from qgemm import reference
 from qgemm._abi import QgemmLaunch, QgemmProblem
 
-from test_w8a8_promote_emulated import EMULATOR, ROOT, _cuda_include, pytestmark  # noqa: F401
+from emulator_util import compile_emulated, emulated_kernels, requires_emulator
+
+pytestmark = requires_emulator
 
 BOUND = {torch.float32: 1e-4, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -34,20 +34,8 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 class Emulated:
     def __init__(self, spec: W8A8GemvSpec, folder):
-        import subprocess
         self.spec = spec
-        source = folder / f"{spec.name}.cpp"
-        source.write_text(render(spec).source)
-        library = folder / f"{spec.name}.so"
-        includes = [EMULATOR, ROOT / "templates" / "include", *cutlass_include_dirs(), _cuda_include()]
-        command = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *[f"-I{d}" for d in includes], str(source),
-                   "-o", str(library)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr[-4000:]
-        self.lib = ctypes.CDLL(str(library))
-        self.lib.emu_launch.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.c_void_p]
-        self.lib.emu_error.restype = ctypes.c_char_p
-        self.lib.qgemm_plan.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.POINTER(QgemmLaunch)]
+        self.lib = compile_emulated(spec, folder)
 
     def run(self, x, wq, vectors, bias, out, block_size, slice_blocks, activation="none", schedule=0, dump=None):
         m, k = x.shape
@@ -81,14 +69,7 @@ class Emulated:
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qgemm-gemv-emulated")
-    cache: dict = {}
-
-    def get(spec):
-        if spec not in cache:
-            cache[spec] = Emulated(spec, folder)
-        return cache[spec]
-    return get
+    return emulated_kernels(tmp_path_factory.mktemp("qgemm-gemv-emulated"), Emulated)
 
 
 def _weights(n, k, block_size, scheme, seed):

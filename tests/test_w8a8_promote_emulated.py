@@ -12,35 +12,21 @@ products are exact, the promotion adds a few float32 roundings per block.
 from __future__ import annotations
 
 import ctypes
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from cutlass_gen.render import render
 from cutlass_gen.families.w8a8 import W8A8PromoteSpec
-from cutlass_gen.toolchain import cutlass_include_dirs
 from qgemm import reference
 from qgemm._abi import QgemmLaunch, QgemmProblem
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATOR = ROOT / "tests" / "emulator"
+from emulator_util import compile_emulated, emulated_kernels, requires_emulator
+
 BOUND = {torch.float32: 1e-4, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 OUT_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
-
-def _cuda_include() -> Path | None:
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", *sorted(Path("/usr/local").glob("cuda-*"))):
-        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
-            return Path(root) / "include"
-    return None
-
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None or _cuda_include() is None,
-                                reason="needs g++ and the CUDA headers (cuda_fp16.h)")
+pytestmark = requires_emulator
 
 
 class Emulated:
@@ -48,18 +34,7 @@ class Emulated:
 
     def __init__(self, spec: W8A8PromoteSpec, folder: Path):
         self.spec = spec
-        source = folder / f"{spec.name}.cpp"
-        source.write_text(render(spec).source)
-        library = folder / f"{spec.name}.so"
-        includes = [EMULATOR, ROOT / "templates" / "include", *cutlass_include_dirs(), _cuda_include()]
-        command = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *[f"-I{d}" for d in includes], str(source),
-                   "-o", str(library)]
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        self.lib = ctypes.CDLL(str(library))
-        self.lib.emu_launch.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.c_void_p]
-        self.lib.emu_error.restype = ctypes.c_char_p
-        self.lib.emu_readable.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-        self.lib.qgemm_plan.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.POINTER(QgemmLaunch)]
+        self.lib = compile_emulated(spec, folder)
 
     def run(self, m, n, k, block_size, xq, wq, vectors, bias, out, activation="none", ctas=0, raster=1, schedule=0):
         """vectors: slot -> float32 tensor (2 sx, 3 ox, 4 sum(qx), 5 sw, 6 ow, 11 v); schedule: the
@@ -101,14 +76,7 @@ class Emulated:
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qgemm-emulated")
-    cache: dict = {}
-
-    def get(spec):
-        if spec not in cache:
-            cache[spec] = Emulated(spec, folder)
-        return cache[spec]
-    return get
+    return emulated_kernels(tmp_path_factory.mktemp("qgemm-emulated"), Emulated)
 
 
 def _operands(m, n, k, block_size, scheme, seed=0):

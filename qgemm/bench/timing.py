@@ -68,18 +68,7 @@ def bench_graph(fn, calls=20, replays=15) -> float:
     except RuntimeError:
         torch.cuda.synchronize()
         return bench(fn)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return statistics.median(times)
+    return _replay_median(graph, calls, replays)
 
 
 # Copies of a layer's weights together span at least this many times the L2 size (issue 17).
@@ -121,18 +110,7 @@ def bench_graph_rotating(fns, min_calls=20, replays=15) -> float:
         for _ in range(rounds):
             for fn in fns:
                 fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / (rounds * len(fns)))
-    del graph
-    return statistics.median(times)
+    return _replay_median(graph, rounds * len(fns), replays)
 
 
 def timed_rotating(fns) -> float:
@@ -179,3 +157,19 @@ def rotated_and_warm(fns, warm: bool) -> tuple[float, float | None]:
     benchmark column reports."""
     fns = list(fns)
     return timed_rotating(fns), (timed(fns[0]) if warm else None)
+
+
+def _replay_median(graph, calls: int, replays: int) -> float:
+    """Median microseconds per call over `replays` replays of a graph holding `calls` calls (one
+    replay first, untimed)."""
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)

@@ -9,7 +9,7 @@
 #        (bench_fpaintb.py arguments, e.g. "--sweep sm90 --sweep-bits 4 --no-bf16 --nk 4096x12288 --m 64"),
 #        BENCH_TIMEOUT, SAVE_CACHE=1 (bring the built kernels back as $OUT/qgemm-cache.tgz)
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader

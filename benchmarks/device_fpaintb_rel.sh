@@ -6,7 +6,7 @@
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 set -uo pipefail
 chmod -R go-w .qgemm-cache
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl 2>/dev/null
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 timeout 240 python3 - <<'PY' 2>&1 | tail -2
 import time, sys

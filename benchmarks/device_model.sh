@@ -11,7 +11,7 @@
 #        SKIP_BUILD=1, SKIP_TEST=1, SKIP_BENCH=1, SAVE_CACHE=1
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 export QGEMM_MINILM_DIR=$PWD/.minilm QGEMM_MINILM_JSON=$OUT/minilm.json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader

@@ -5,7 +5,7 @@
 # Carry: .whl (nvidia-cutlass wheel), .qgemm-cache (kernels built here). Run from the repo root:
 #   bash benchmarks/device_nn.sh          env: PYTEST_K (-k expression), MAXFAIL, TEST_TIMEOUT, ONLY_NN=1
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader

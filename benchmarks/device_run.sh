@@ -7,7 +7,7 @@
 #          BUILD_ARGS (e.g. "--family fpaintb_gemv": build only part of the catalog),
 #          PREBUILD (a command run once the wheel is installed, e.g. "python3 benchmarks/prebuild_fpaintb.py")
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1
 export QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -7,7 +7,7 @@
 #   bash benchmarks/device_tp.sh   env: ONE_GPU=1, PYTEST_K, TEST_TIMEOUT, BENCH_ARGS (default
 #   "--layers 8 --config int4"), BENCH_TIMEOUT, SKIP_BUILD=1, FAMILIES, SAVE_CACHE=1, RUN_CPU=1
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/tests:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader

@@ -7,7 +7,7 @@
 # warm, so STAGE=build in one call and the other stages in calls right after it share one build.
 #   env: STAGE=build|tests|fuzz|sanitize (default tests), FUZZ_CASES, TEST_TIMEOUT, SANITIZE_FAMILIES
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
+[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:$PWD/tests:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-/tmp/qcache}
 export PATH=$PATH:/usr/local/cuda/bin
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

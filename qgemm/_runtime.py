@@ -165,6 +165,39 @@ def cached(cache: dict, key, make):
     return value
 
 
+def outside_graph_pools(make, device: torch.device | None):
+    """make(), with its CUDA allocations made from the ordinary caching allocator.
+
+    What plans make on first use (converted weights, per-shape tables) lives as long as the plan.
+    While torch.compile's cudagraph trees warm a graph up, every allocation of the calling thread
+    goes to the graph's private pool (torch._C._cuda_beginAllocateCurrentThreadToPool): a plan made
+    there would keep tensors the pool does not track, which cudagraph trees refuse ("tensors in the
+    cudagraph pool not tracked as outputs") and later replays may overwrite. So make() runs on a
+    helper thread, whose allocations are ordinary, and its GPU work is complete before it returns.
+    While the calling thread captures a graph itself (torch.cuda.graph), nothing may synchronize,
+    so make() runs in place: warm a shape up before capturing it, as for any CUDA graph."""
+    if (device is None or device.type != "cuda" or not torch.cuda.is_available()
+            or torch.cuda.is_current_stream_capturing()):
+        return make()
+    result: list = []
+    error: list[BaseException] = []
+
+    def run():
+        try:
+            with torch.cuda.device(device):
+                result.append(make())
+                torch.cuda.current_stream().synchronize()
+        except BaseException as e:  # raised again in the calling thread
+            error.append(e)
+
+    helper = threading.Thread(target=run, name="qgemm-make", daemon=True)
+    helper.start()
+    helper.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def sm_count(device: torch.device) -> int:
     """Multiprocessors of a CUDA device (cached: persistent kernels ask on every plan)."""
     index = device.index if device.index is not None else torch.cuda.current_device()

@@ -17,7 +17,7 @@ import torch
 
 from . import _checks
 from ._abi import QgemmProblem
-from ._runtime import CallBuffers, cached, current_stream
+from ._runtime import CallBuffers, cached, current_stream, outside_graph_pools
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,9 @@ class Plan:
         return p
 
     def _cached(self, key, make: Callable):
-        """self._calls[key], made on first use (emptied at _runtime.CACHE_LIMIT entries)."""
-        return cached(self._calls, key, make)
+        """self._calls[key], made on first use (emptied at _runtime.CACHE_LIMIT entries), outside any
+        CUDA graph's memory pool (_runtime.outside_graph_pools): what it makes outlives the call."""
+        return cached(self._calls, key, lambda: outside_graph_pools(make, self.device))
 
     def _plan(self, kernel, problem: QgemmProblem, fill: Callable[[QgemmProblem], None]):
         """kernel.plan of `problem` after fill(problem), under the lock."""

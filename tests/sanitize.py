@@ -6,7 +6,8 @@
 Default: for each family, one process runs one small odd-shaped call of every catalog kernel (the
 kernel forced through the plans' `choice`), under each tool. cuda-python's start-up probes fail some
 driver API calls on purpose; those are API errors, not kernel errors, and `--report-api-errors no`
-leaves them out. A run passes when the tool's ERROR SUMMARY says 0 errors. Exit status: the number
+leaves them out. A run passes when the tool's summary (memcheck's ERROR SUMMARY, racecheck's
+RACECHECK SUMMARY) says 0 errors. Exit status: the number
 of failing (tool, family) runs.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ def _drive(family: str) -> int:
     from cutlass_gen.catalog import catalog
     from qgemm.fp8.heuristics import Fp8Choice
     from qgemm.fpaintb.heuristics import FpAIntBChoice
-    from qgemm.w8a8.heuristics import W8A8PromoteChoice, W8A8Sm90Choice
+    from qgemm.w8a8.heuristics import W8A8GemvChoice, W8A8PromoteChoice, W8A8Sm90Choice
 
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     target = 90 if sm90 else 80
@@ -82,6 +83,16 @@ def _drive(family: str) -> int:
             for ctas_per_sm in (0, 2):  # one CTA per tile; stream-K (partials, counters)
                 attempt(f"{spec.name} ctas_per_sm={ctas_per_sm}",
                         lambda: plan.gemm(xq, choice=W8A8PromoteChoice(spec, ctas_per_sm)))
+        in_dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+        for spec in catalog(target, "w8a8_gemv"):  # the fused quantize + decode kernels (cluster ones: sm90)
+            if spec.arch > target:
+                continue
+            w = qgemm.W8A8Weight.from_float(rand(260, 512, dtype=torch.float32, scale=0.05), 128, scheme=spec.scheme)
+            plan = qgemm.W8A8GemmPlan(w, out_dtype=out_dtypes[spec.output], bias=rand(260, dtype=torch.float32))
+            x = rand(3, 512, dtype=in_dtypes[spec.input])
+            for slice_blocks in (1, 2):  # split-K over the 4 K-blocks (partials, counters); no split
+                attempt(f"{spec.name} slice_blocks={slice_blocks}", lambda: plan._call_gemv(
+                    x, None, 3, choice=W8A8GemvChoice(spec, slice_blocks)))
         w = qgemm.W8A8Weight.from_float(rand(132, 256, dtype=torch.float32, scale=0.05), 64)
         plan = qgemm.W8A8GemmPlan(w, launch_mode="chained")
         for m in (1, 17, 300):
@@ -150,7 +161,10 @@ def _run(tool: str, argv: list[str], label: str, log_dir: str | None, timeout: i
     if log_dir:
         with open(os.path.join(log_dir, f"sanitize_{tool}_{label}.log"), "w") as f:
             f.write(text)
-    summary = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+    # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with "RACECHECK SUMMARY: H hazards
+    # displayed (E errors, W warnings)", where E counts the hazards that are races.
+    summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(
+        r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
     errors = int(summary[-1]) if summary else None
     ok = errors == 0 and rc == 0
     print(f"{tool:9s} {label:14s} errors={errors} rc={rc} {time.monotonic() - start:.0f} s {'ok' if ok else 'FAILED'}",

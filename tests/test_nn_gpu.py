@@ -220,10 +220,9 @@ def test_torch_compile_fullgraph(mode):
         compiled = torch.compile(quantized, fullgraph=True, mode=mode)
         for m in (1, 16, 1):
             x = randn(m, 1024, dtype=torch.float16, seed=m)
-            expected = quantized(x)
             for _ in range(3):  # warm-up, recording, replay under reduce-overhead
-                y = compiled(x)
-            assert torch.equal(y, expected), (config, m)
+                y = compiled(x)  # the first call makes the plan, inside the warm-up (outside_graph_pools)
+            assert torch.equal(y, quantized(x)), (config, m)
     conv = IntWeightConv2d.from_float(torch.nn.Conv2d(64, 32, 3, padding=1), 4, 32).cuda()
     x = randn(2, 64, 12, 10, dtype=torch.float16, seed=3)
     torch._dynamo.reset()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._runtime import outside_graph_pools
 from ._ops import handle_of
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -122,7 +123,9 @@ class QuantModule(nn.Module):
         full_key = (self.device, *key)
         plan = self._plans.get(full_key)
         if plan is None:
-            plan = self._plans[full_key] = self._make_plan(*key)
+            # Outside any CUDA graph's memory pool: torch.compile(mode="reduce-overhead") may make the
+            # plan while its cudagraph trees warm the graph up (_runtime.outside_graph_pools).
+            plan = self._plans[full_key] = outside_graph_pools(lambda: self._make_plan(*key), self.device)
         return plan
 
     def _make_plan(self, *key):

@@ -18,4 +18,4 @@ for i in 0 1; do
     echo "[lane $i done after $(( $(date +%s) - start )) s]" >> "$OUT/lane$i.log" ) &
 done
 wait
-for i in 0 1; do [ -f "$OUT/lane$i.log" ] && { echo "===== lane $i"; tail -n ${TAIL:-60} "$OUT/lane$i.log"; }; done
+for i in 0 1; do [ -f "$OUT/lane$i/lane$i.log" ] && { echo "===== lane $i"; tail -n ${TAIL:-60} "$OUT/lane$i/lane$i.log"; }; done

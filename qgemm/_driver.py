@@ -92,6 +92,21 @@ def ensure_context(device: int):
     check(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
 
+_thread_state = threading.local()
+
+
+def ensure_context_on_thread(device: int):
+    """ensure_context, checked once per thread and device (launches call it: a thread's first qgemm
+    launch may come before any CUDA runtime call on it, and building a Sm90 kernel's Params encodes
+    TMA descriptors, which fails with CUDA_ERROR_INVALID_CONTEXT without a current context)."""
+    done = getattr(_thread_state, "devices", None)
+    if done is None:
+        done = _thread_state.devices = set()
+    if device not in done:
+        ensure_context(device)
+        done.add(device)
+
+
 def max_active_blocks(kernel, block_threads: int, smem_bytes: int, device: int) -> int:
     """CTAs of `kernel` that fit on one multiprocessor of `device` (registers, shared memory,
     threads), with its dynamic shared-memory limit already raised where needed."""

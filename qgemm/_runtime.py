@@ -96,6 +96,7 @@ class Kernel:
                workspace: int, call: "CallBuffers"):
         """Build Params in `call`'s buffer and launch on `stream`."""
         handle = self._handle_with_smem(launch, device)
+        _driver.ensure_context_on_thread(device)
         status = self.host.make_params_fn(ctypes.byref(problem), workspace, call.params_address, PARAMS_CAPACITY)
         if status != 0:
             raise ValueError(f"kernel {self.name}: building Params failed: {self.host.status_string(status)}")

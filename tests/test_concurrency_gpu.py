@@ -254,3 +254,34 @@ def test_two_python_threads(case):
         assert len(results[i]) == REPLAYS
         for out in results[i]:
             case.compare(out, case.expected[i])
+
+
+def test_thread_with_no_current_context(case):
+    """A thread whose first CUDA work is a qgemm launch has no current context (torch's device and
+    stream bookkeeping need none): the launch makes the primary context current first. Without that,
+    building a Sm90 kernel's Params failed to encode its TMA descriptors (CUDA_ERROR_INVALID_CONTEXT)
+    and the kernel ran with garbage ones (illegal instruction). The thread pops whatever is current,
+    so its first launch always starts from no context."""
+    from cuda.bindings import driver as cu
+
+    results, errors = [], []
+
+    def worker():
+        try:
+            cu.cuCtxPopCurrent()  # fails harmlessly where nothing is current
+            _, current = cu.cuCtxGetCurrent()
+            assert int(current) == 0, "the worker thread still has a current context"
+            results.append(case.call(case.inputs[0]))
+            torch.cuda.synchronize()
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    thread.join(WATCHDOG_S)
+    if thread.is_alive():
+        _hung.append("thread with no current context")
+        raise Hang("a thread calling the plan did not finish within the watchdog")
+    if errors:
+        raise errors[0]
+    case.compare(results[0], case.expected[0])

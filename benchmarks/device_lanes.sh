@@ -2,7 +2,7 @@
 # Two device jobs at once on a two-GPU kind, one per GPU, for correctness runs that need no quiet
 # machine (tests, fuzz, sanitizer): LANE0 and LANE1 are command lines, run by bash with
 # CUDA_VISIBLE_DEVICES=0 and 1 and OUT=$OUT/lane0 and $OUT/lane1; each lane's output goes to
-# $OUT/laneN.log and is printed when both are done. Not for timings: the lanes share the host.
+# $OUT/laneN/laneN.log and is printed when both are done. Not for timings: the lanes share the host.
 #   LANE0='STAGE=tests bash benchmarks/device_verify.sh' LANE1='STAGE=fuzz bash benchmarks/device_verify.sh' \
 #     bash benchmarks/device_lanes.sh
 set -uo pipefail

@@ -180,6 +180,8 @@ def outside_graph_pools(make, device: torch.device | None):
     if (device is None or device.type != "cuda" or not torch.cuda.is_available()
             or torch.cuda.is_current_stream_capturing()):
         return make()
+    if device.index is None:  # the helper thread's current device is its own (0), not the caller's
+        device = torch.device("cuda", torch.cuda.current_device())
     result: list = []
     error: list[BaseException] = []
 

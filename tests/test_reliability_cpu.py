@@ -260,3 +260,42 @@ def test_fp8_act_quant_source_marks_non_finite_groups(input):
     source = render(Fp8ActQuantSpec(input)).source
     assert "finite = __all_sync(lanes, finite);" in source
     assert "float scale = finite ? __fdiv_rn(amax, kFp8Max) : NAN;" in source
+
+
+class _FakeStream:
+    synchronized = 0
+
+    def synchronize(self):
+        _FakeStream.synchronized += 1
+
+
+def _fake_cuda(monkeypatch, capturing=False):
+    import contextlib
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _FakeStream())
+
+
+def test_plans_are_made_on_a_helper_thread(monkeypatch):
+    """outside_graph_pools: make() runs on another thread (whose allocations cudagraph trees do not
+    send to their pool), its stream synchronized before it returns; its result and its errors reach
+    the caller unchanged. While the caller captures a graph, make() runs in place (no sync allowed)."""
+    import threading
+
+    from qgemm._runtime import outside_graph_pools
+    _fake_cuda(monkeypatch)
+    caller = threading.get_ident()
+    before = _FakeStream.synchronized
+    assert outside_graph_pools(lambda: threading.get_ident(), torch.device("cuda", 0)) != caller
+    assert _FakeStream.synchronized == before + 1
+
+    def fails():
+        raise ValueError("x must be contiguous")
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        outside_graph_pools(fails, torch.device("cuda"))
+    assert outside_graph_pools(lambda: threading.get_ident(), None) == caller  # quantizers: no device
+    assert outside_graph_pools(lambda: threading.get_ident(), torch.device("cpu")) == caller
+    _fake_cuda(monkeypatch, capturing=True)
+    assert outside_graph_pools(lambda: threading.get_ident(), torch.device("cuda", 0)) == caller

@@ -48,6 +48,20 @@ def _not_after_a_hang():
         pytest.skip(f"the GPU hung in an earlier test ({_hung[0]}); nothing more can run on it")
 
 
+def join(threads, errors, what: str):
+    """Start the threads and join them within WATCHDOG_S each (else Hang); raise the first error
+    they caught (in the test's thread, where pytest reports it)."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WATCHDOG_S)
+        if t.is_alive():
+            _hung.append(what)
+            raise Hang(f"{what}: a thread calling the plan did not finish within the watchdog")
+    if errors:
+        raise errors[0]
+
+
 def wait(streams, what: str):
     """Poll the streams until they are idle or WATCHDOG_S passes (then Hang)."""
     deadline = time.monotonic() + WATCHDOG_S
@@ -240,15 +254,7 @@ def test_two_python_threads(case):
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WATCHDOG_S)
-        if t.is_alive():
-            _hung.append("two Python threads")
-            raise Hang("a thread calling the plan did not finish within the watchdog")
-    if errors:
-        raise errors[0]
+    join(threads, errors, "two Python threads")
     wait(streams, "two Python threads")
     for i in range(2):
         assert len(results[i]) == REPLAYS
@@ -276,12 +282,5 @@ def test_thread_with_no_current_context(case):
         except BaseException as e:  # reported below, in the test's thread
             errors.append(e)
 
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    thread.join(WATCHDOG_S)
-    if thread.is_alive():
-        _hung.append("thread with no current context")
-        raise Hang("a thread calling the plan did not finish within the watchdog")
-    if errors:
-        raise errors[0]
+    join([threading.Thread(target=worker, daemon=True)], errors, "thread with no current context")
     case.compare(results[0], case.expected[0])

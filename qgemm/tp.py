@@ -350,6 +350,20 @@ def _pad_rows_blockwise(weight, scale_rows, n0, n1, block, align):
     return w, s, front
 
 
+def _column_blockwise(weight, scale_rows, bias, n0, n1, block, align):
+    """A column shard of a weight [N, K] with one scale row per `block` rows (FP8, symmetric
+    block-INT8), and of its bias: rows [n0, n1) sliced where n0 starts a block and the shard is a
+    multiple of `align`, else padded (_pad_rows_blockwise). (weight, scale, bias, out_offset), the
+    offset None where nothing was padded."""
+    ns = n1 - n0
+    bias = None if bias is None else bias[n0:n1]
+    if n0 % block == 0 and ns % align == 0:
+        return weight[n0:n1], scale_rows[n0 // block:-(-n1 // block)], bias, None
+    w, s, front = _pad_rows_blockwise(weight, scale_rows, n0, n1, block, align)
+    bias = None if bias is None else F.pad(bias, (front, w.shape[0] - front - ns))
+    return w, s, bias, front
+
+
 def _shard_fp8(m: Fp8Linear, style: str, tp: TPGroup, name: str) -> Shard:
     k, n = m.in_features, m.out_features
 
@@ -362,14 +376,9 @@ def _shard_fp8(m: Fp8Linear, style: str, tp: TPGroup, name: str) -> Shard:
 
     if style == COLUMN:
         n0, n1 = _even_split(n, tp, name, "out_features (N)")
-        ns = n1 - n0
-        bias = None if m.bias is None else m.bias[n0:n1]
-        if n0 % FP8_BLOCK == 0 and ns % FP8_N_ALIGNMENT == 0:
-            return Shard(build(m.weight[n0:n1], m.weight_scale_inv[n0 // FP8_BLOCK:-(-n1 // FP8_BLOCK)], bias),
-                         COLUMN, k, n, k, ns)
-        w, s, front = _pad_rows_blockwise(m.weight, m.weight_scale_inv, n0, n1, FP8_BLOCK, FP8_N_ALIGNMENT)
-        bias = None if bias is None else F.pad(bias, (front, w.shape[0] - front - ns))
-        return Shard(build(w, s, bias), COLUMN, k, n, k, ns, out_offset=front)
+        w, s, bias, front = _column_blockwise(m.weight, m.weight_scale_inv, m.bias, n0, n1, FP8_BLOCK,
+                                              FP8_N_ALIGNMENT)
+        return Shard(build(w, s, bias), COLUMN, k, n, k, n1 - n0, out_offset=front)
     k0, k1 = _split_k_blocks(k, FP8_BLOCK, tp, name, "the FP8 scale block and activation group")
     local = build(m.weight[:, k0:k1], m.weight_scale_inv[:, k0 // FP8_BLOCK:k1 // FP8_BLOCK], _row_epilogue(m, tp)[0])
     return _row_shard(local, m, tp, k, n, k1 - k0)
@@ -399,15 +408,10 @@ def _shard_w8a8(m: W8A8Linear, style: str, tp: TPGroup, name: str) -> Shard:
     if style == COLUMN:
         n0, n1 = _even_split(n, tp, name, "out_features (N)")
         ns = n1 - n0
-        bias = None if m.bias is None else m.bias[n0:n1]
         if sym:
-            if n0 % W8A8_BLOCK_N == 0 and ns % 8 == 0:
-                return Shard(build(m.weight[n0:n1], bias,
-                                   weight_scale_inv=m.weight_scale_inv[n0 // W8A8_BLOCK_N:-(-n1 // W8A8_BLOCK_N)]),
-                             COLUMN, k, n, k, ns)
-            w, s, front = _pad_rows_blockwise(m.weight, m.weight_scale_inv, n0, n1, W8A8_BLOCK_N, 8)
-            bias = None if bias is None else F.pad(bias, (front, w.shape[0] - front - ns))
+            w, s, bias, front = _column_blockwise(m.weight, m.weight_scale_inv, m.bias, n0, n1, W8A8_BLOCK_N, 8)
             return Shard(build(w, bias, weight_scale_inv=s), COLUMN, k, n, k, ns, out_offset=front)
+        bias = None if m.bias is None else m.bias[n0:n1]
         pad = _round_up(ns, W8A8_N_ALIGNMENT) - ns
         # Padded columns: weight 0, scale 0, offset 0, so w = 0 exactly.
         w = F.pad(m.weight[n0:n1], (0, 0, 0, pad))

@@ -299,3 +299,23 @@ def test_plans_are_made_on_a_helper_thread(monkeypatch):
     assert outside_graph_pools(lambda: threading.get_ident(), torch.device("cpu")) == caller
     _fake_cuda(monkeypatch, capturing=True)
     assert outside_graph_pools(lambda: threading.get_ident(), torch.device("cuda", 0)) == caller
+
+
+def test_context_is_made_current_once_per_thread_and_device(monkeypatch):
+    """Kernel.launch calls _driver.ensure_context_on_thread: the driver check (cuCtxGetCurrent) runs
+    on a thread's first launch on each device, not on every launch (the warm call's host time)."""
+    import threading
+
+    from qgemm import _driver
+    calls = []
+    monkeypatch.setattr(_driver, "ensure_context", lambda device: calls.append((threading.get_ident(), device)))
+    monkeypatch.setattr(_driver, "_thread_state", threading.local())
+    for _ in range(3):
+        _driver.ensure_context_on_thread(0)
+    _driver.ensure_context_on_thread(1)
+    helper = threading.Thread(target=lambda: [_driver.ensure_context_on_thread(0) for _ in range(2)])
+    helper.start()
+    helper.join()
+    me = threading.get_ident()
+    assert [d for t, d in calls if t == me] == [0, 1]
+    assert [d for t, d in calls if t != me] == [0]

@@ -68,6 +68,17 @@ class KernelSpec:
     def name(self) -> str:
         raise NotImplementedError
 
+    def _as_ints(self, *fields: str):
+        """Store each named field (a tile, warp or cluster shape) as a tuple of ints, so that specs
+        given lists (JSON) or numpy ints equal the catalog's."""
+        for field in fields:
+            object.__setattr__(self, field, tuple(int(v) for v in getattr(self, field)))
+
+    def _require_sm90(self):
+        """The CUTLASS 3.x specs' check: wgmma and TMA are sm_90a."""
+        if self.arch != 90:
+            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+
     def to_dict(self) -> dict:
         return {"family": self.family, **dataclasses.asdict(self)}
 

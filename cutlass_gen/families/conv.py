@@ -165,14 +165,13 @@ class ConvInt8Sm90Spec(KernelSpec):
 
     def __post_init__(self):
         object.__setattr__(self, "tile", _shape(self.tile, "tile"))
-        object.__setattr__(self, "cluster", tuple(int(v) for v in self.cluster))
+        self._as_ints("cluster")
         if self.mainloop not in self.MAINLOOPS:
             raise ValueError(f"mainloop must be one of {self.MAINLOOPS}, got {self.mainloop!r}")
         if self.mainloop == "pingpong" and (self.ctas_per_sm != 1 or self.cluster != (1, 1)):
             raise ValueError(f"the pingpong mainloop is persistent: ctas_per_sm 1 and cluster (1, 1), got "
                              f"{self.ctas_per_sm} and {self.cluster}")
-        if self.arch != 90:
-            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        self._require_sm90()
         for what, value, allowed in (("tile M", self.tile[0], self.TILE_M), ("tile N", self.tile[1], self.TILE_N),
                                      ("tile K", self.tile[2], self.TILE_K)):
             if value not in allowed:

@@ -41,12 +41,9 @@ class Fp8BlockwiseGemmSpec(KernelSpec):
     arch: int = 90
 
     def __post_init__(self):
-        tile = tuple(int(v) for v in self.tile)
-        cluster = tuple(int(v) for v in self.cluster)
-        object.__setattr__(self, "tile", tile)
-        object.__setattr__(self, "cluster", cluster)
-        if self.arch != 90:
-            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        self._as_ints("tile", "cluster")
+        tile, cluster = self.tile, self.cluster
+        self._require_sm90()
         if len(tile) != 2 or len(cluster) != 2:
             raise ValueError(f"tile and cluster are (M, N) pairs, got tile={self.tile!r} cluster={self.cluster!r}")
         if self.schedule not in self.SCHEDULES:

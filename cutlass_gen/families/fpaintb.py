@@ -141,10 +141,8 @@ class FpAIntBGemmSpec(_FpAIntBSpec):
 
     def __post_init__(self):
         self._check_types()
-        tile = tuple(int(v) for v in self.tile)
-        warp = tuple(int(v) for v in self.warp)
-        object.__setattr__(self, "tile", tile)
-        object.__setattr__(self, "warp", warp)
+        self._as_ints("tile", "warp")
+        tile, warp = self.tile, self.warp
         if len(tile) != 3 or len(warp) != 2:
             raise ValueError(f"tile is (M, N, K) and warp is (M, N), got tile={self.tile!r} warp={self.warp!r}")
         for what, value, allowed in (("tile M", tile[0], self.TILE_M), ("tile N", tile[1], self.TILE_N),
@@ -238,10 +236,9 @@ class FpAIntBSm90Spec(KernelSpec):
     arch: int = 90
 
     def __post_init__(self):
-        tile = tuple(int(v) for v in self.tile)
-        object.__setattr__(self, "tile", tile)
-        if self.arch != 90:
-            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        self._as_ints("tile")
+        tile = self.tile
+        self._require_sm90()
         if self.act not in ACT_TYPES:
             raise ValueError(f"act must be one of {ACT_TYPES}, got {self.act!r}")
         if self.bits not in fpaintb_layout.BITS:

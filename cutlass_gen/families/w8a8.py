@@ -108,18 +108,15 @@ class W8A8Sm90Spec(KernelSpec):
     arch: int = 90
 
     def __post_init__(self):
-        tile = tuple(int(v) for v in self.tile)
-        cluster = tuple(int(v) for v in self.cluster)
-        object.__setattr__(self, "tile", tile)
-        object.__setattr__(self, "cluster", cluster)
-        if self.arch != 90:
-            raise ValueError(f"arch must be 90 for {self.family} (wgmma and TMA are sm_90a), got {self.arch!r}")
+        self._as_ints("tile", "cluster")
+        tile = self.tile
+        self._require_sm90()
         if len(tile) != 2:
             raise ValueError(f"tile is an (M, N) pair, got {self.tile!r}")
         for what, value, allowed in (("block_size", self.block_size, self.BLOCK_SIZES), ("scheme", self.scheme, self.SCHEMES),
                                      ("output", self.output, self.OUTPUTS), ("epilogue", self.epilogue, tuple(self.EPILOGUES)),
                                      ("schedule", self.schedule, self.SCHEDULES),
-                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("cluster", cluster, self.CLUSTERS)):
+                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("cluster", self.cluster, self.CLUSTERS)):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
         if not isinstance(self.swap_ab, bool):
@@ -232,10 +229,8 @@ class W8A8PromoteSpec(KernelSpec):
     output: str
 
     def __post_init__(self):
-        tile = tuple(int(v) for v in self.tile)
-        warp = tuple(int(v) for v in self.warp)
-        object.__setattr__(self, "tile", tile)
-        object.__setattr__(self, "warp", warp)
+        self._as_ints("tile", "warp")
+        tile, warp = self.tile, self.warp
         if self.arch not in self.ARCHS:
             raise ValueError(f"arch must be one of {self.ARCHS} for {self.family}, got {self.arch!r}")
         if len(tile) != 3 or len(warp) != 2:

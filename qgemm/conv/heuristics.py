@@ -5,7 +5,8 @@ from cutlass_gen.catalog import catalog
 from cutlass_gen.families.conv import fpaintb_conv_configs
 from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec, FpAIntBConvSpec
 
-from ..fpaintb.heuristics import FPAINTB_RASTER_GROUP, FPAINTB_STREAMK_CTAS_PER_SM, FpAIntBChoice
+from ..fpaintb.heuristics import FPAINTB_STREAMK_CTAS_PER_SM  # noqa: F401 (the conv's stream-K threshold too)
+from ..fpaintb.heuristics import FpAIntBChoice, tiled_choice
 
 
 # FpA x IntB conv2d: the implicit GEMM of M = N*P*Q output pixels by Co channels, K = R*S*C, on the
@@ -20,11 +21,7 @@ def fpaintb_conv_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
     """The FpA x IntB conv kernel for an implicit GEMM of m x n (x k)."""
     small, large = fpaintb_conv_configs(bits, arch)
     tile, warp, stages = small if m <= FPAINTB_CONV_SMALL_M else large
-    spec = FpAIntBConvSpec(act, bits, tile, warp, stages, arch)
-    tiles_m = -(-m // tile[0])
-    tiles = tiles_m * -(-n // tile[1])
-    streamk = FPAINTB_STREAMK_CTAS_PER_SM if tiles < FPAINTB_STREAMK_CTAS_PER_SM * sm_count else 0
-    return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
+    return tiled_choice(FpAIntBConvSpec(act, bits, tile, warp, stages, arch), m, n, sm_count)
 
 
 # --- Int8 conv2d (implicit GEMM with requantization) ---------------------------------------------

@@ -78,9 +78,15 @@ def fpaintb_gemm_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, 
     """The tiled GEMM for M rows: tile by M; stream-K when the output tiles do not fill the GPU."""
     tile, warp = next((t, w) for limit, t, w in FPAINTB_GEMM_TILES[bits] if limit is None or m <= limit)
     stages = next(s for t, w, s in fpaintb_gemm_configs(bits, arch) if (t, w) == (tile, warp))
-    spec = FpAIntBGemmSpec(act, bits, tile, warp, stages, arch)
-    tiles_m = -(-m // tile[0])
-    tiles = tiles_m * -(-n // tile[1])
+    return tiled_choice(FpAIntBGemmSpec(act, bits, tile, warp, stages, arch), m, n, sm_count)
+
+
+def tiled_choice(spec, m: int, n: int, sm_count: int) -> FpAIntBChoice:
+    """A tiled kernel's scheduling for an m x n output (the GEMM's and the conv's implicit GEMM's):
+    stream-K when the output tiles do not fill the GPU FPAINTB_STREAMK_CTAS_PER_SM times, raster
+    groups of up to FPAINTB_RASTER_GROUP row tiles."""
+    tiles_m = -(-m // spec.tile[0])
+    tiles = tiles_m * -(-n // spec.tile[1])
     streamk = FPAINTB_STREAMK_CTAS_PER_SM if tiles < FPAINTB_STREAMK_CTAS_PER_SM * sm_count else 0
     return FpAIntBChoice(spec, streamk, min(FPAINTB_RASTER_GROUP, tiles_m))
 

@@ -197,10 +197,11 @@ def test_decode_variant(bits, dtype, group_size, zeros):
 @pytest.mark.parametrize("dtype", ACTS)
 @pytest.mark.parametrize("bits", (4, 8))
 def test_decode_variant_split_k(bits, dtype):
-    """Split-K over CTAs (ctas_per_sm > 0: the plan's choice for M <= 16): few output tiles (N = 40 and
-    264) and a long K (8192, 64 blocks; 8320 ends on a half block) split over several CTAs each; 7
-    CTAs at once (0.05 per SM) or all that fit. The last CTA of a tile adds the partials in split
-    order: the same bits launch after launch and under graph replay on a side stream."""
+    """Split-K over CTAs (ctas_per_sm > 0, chosen explicitly: the plan's own decode choice does not
+    split, heuristics.FPAINTB_STREAM_CTAS_PER_SM = 0, but the kernel keeps the mode): few output tiles
+    (N = 40 and 264) and a long K (8192, 64 blocks; 8320 ends on a half block) split over several CTAs
+    each; 7 CTAs at once (0.05 per SM) or all that fit. The last CTA of a tile adds the partials in
+    split order: the same bits launch after launch and under graph replay on a side stream."""
     act = qgemm.fpaintb.ACT_DTYPES[dtype]
     specs = _stream_specs(act, bits)
     for n, k, group_size, zeros in ((40, 8192, 128, True), (264, 8320, 64, False), (40, 8320, "channel", True)):
@@ -210,7 +211,9 @@ def test_decode_variant_split_k(bits, dtype):
         for m in (1, 3, 9, 16):
             x = randn(m, k, dtype=dtype, seed=m + k)
             ref = reference(x, weight, plan.bias)
-            assert plan.choice(m).ctas_per_sm > 0
+            if m <= heuristics.FPAINTB_STREAM_MAX_M:
+                choice = plan.choice(m)
+                assert choice.spec.stream and choice.ctas_per_sm == heuristics.FPAINTB_STREAM_CTAS_PER_SM, choice
             for spec in specs:
                 for ctas_per_sm in (0.05, 8):
                     choice = heuristics.FpAIntBChoice(spec, ctas_per_sm)
@@ -237,13 +240,14 @@ def test_decode_variant_split_k(bits, dtype):
 
 
 def test_decode_variant_graph_two_streams_and_nan():
-    """The decode variant under CUDA-graph replay and on two streams at once (no state between
-    launches), and a NaN in x reaching its row of the output (as an unquantized GEMM's), not others."""
+    """The plan's decode choices (the decode variant up to FPAINTB_STREAM_MAX_M rows, the 16-row tiled
+    GEMM at M = 16) under CUDA-graph replay and on two streams at once (no state between launches),
+    and a NaN in x reaching its row of the output (as an unquantized GEMM's), not others."""
     n, k = 264, 2048
     weight = random_weight(k, n, 4, 128, True, torch.float16, seed=12)
     plan = qgemm.FpAIntBPlan(weight)
-    for m in (1, 16):
-        assert plan.choice(m).spec.stream
+    for m in (1, heuristics.FPAINTB_STREAM_MAX_M, 16):
+        assert getattr(plan.choice(m).spec, "stream", False) == (m <= heuristics.FPAINTB_STREAM_MAX_M), plan.choice(m)
         x = randn(m, k, dtype=torch.float16, seed=m)
         ref = reference(x, weight)
         out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")

@@ -3,10 +3,10 @@
 # in stages that each fit one device call (600 s). Kernels the catalog lacks are compiled on first use,
 # so a stage's first run on a fresh machine is slower than its rerun. Run the stages in calls right
 # after each other: /tmp/qcache (the kernel cache) lives while the machine stays warm, ~30 s idle.
-#   STAGE=build  the sm90 catalog, JOBS jobs (30: ~150 s on 32 cores)
+#   STAGE=build  the sm90 catalog, JOBS jobs (30: ~150 s on 32 cores; device_verify.sh's build stage)
 #   STAGE=a      lane 0: the W8A8 files; lane 1: nn modules, NaN, concurrency, limits (-m large), `qgemm bench`
 #   STAGE=b      lane 0: FpA x IntB Sm80/Sm90 and FP8; lane 1: both convs and MiniLM (carry .minilm)
-#   STAGE=c      tensor parallel (two ranks, torchrun) and the fuzz suite (FUZZ_CASES, default 500)
+#   STAGE=c      tensor parallel (two ranks, torchrun) and the fuzz suite (device_verify.sh's, FUZZ_CASES)
 # Carry .whl (the nvidia-cutlass wheel). Summary lines are printed per lane; logs in $OUT/laneN/.
 set -uo pipefail
 [ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
@@ -18,7 +18,7 @@ P="timeout -s KILL $LIMIT python3 -m pytest -q -p no:cacheprovider -rfE"
 t=tests
 case "${STAGE:?STAGE=build|a|b|c}" in
 build)
-  timeout ${BUILD_TIMEOUT:-420} python3 -m qgemm build --sm 90 -j ${JOBS:-30} 2>&1 | tail -2 ;;
+  JOBS=${JOBS:-30} STAGE=build bash benchmarks/device_verify.sh ;;
 a)
   LANE0="$P $t/test_w8a8_gpu.py $t/test_w8a8_gemv_gpu.py $t/test_w8a8_sm90_gpu.py $t/test_w8a8_promote_gpu.py" \
   LANE1="$P $t/test_nn_gpu.py $t/test_nan_gpu.py $t/test_concurrency_gpu.py; $P -m gpu $t/test_bench_cpu.py; \
@@ -32,6 +32,5 @@ c)
     benchmarks/run_tp_pytest.py -m gpu $t/test_tp_gpu.py -q > /dev/null 2>&1
   echo "tensor parallel rc=$?"
   for r in 0 1; do echo "rank $r: $(grep -hE "passed|failed" "$OUT"/tp/*/attempt_*/$r/stdout.log | tail -1)"; done
-  QGEMM_FUZZ_CASES=${FUZZ_CASES:-500} timeout -s KILL 240 python3 -m pytest -q -p no:cacheprovider -m fuzz -s \
-    $t/test_fuzz_gpu.py 2>&1 | grep -E "^fuzz |passed|failed" ;;
+  FUZZ_TIMEOUT=240 STAGE=fuzz bash benchmarks/device_verify.sh ;;
 esac

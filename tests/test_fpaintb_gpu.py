@@ -212,8 +212,8 @@ def test_decode_variant_split_k(bits, dtype):
             x = randn(m, k, dtype=dtype, seed=m + k)
             ref = reference(x, weight, plan.bias)
             if m <= heuristics.FPAINTB_STREAM_MAX_M:
-                choice = plan.choice(m)
-                assert choice.spec.stream and choice.ctas_per_sm == heuristics.FPAINTB_STREAM_CTAS_PER_SM, choice
+                planned = plan.choice(m)
+                assert planned.spec.stream and planned.ctas_per_sm == heuristics.FPAINTB_STREAM_CTAS_PER_SM, planned
             for spec in specs:
                 for ctas_per_sm in (0.05, 8):
                     choice = heuristics.FpAIntBChoice(spec, ctas_per_sm)

@@ -77,25 +77,31 @@ def test_catalog_sm80_and_sm90_not_sm75():
 
 
 def test_cluster_variants_split_k_in_eight():
-    """A cluster variant takes K in at most 8 slices that fit a CTA; the heuristic takes it only when
-    W8A8_GEMV_PREFER_CLUSTER says so, on sm90, and where K fits."""
-    c = heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132, variant="narrow_cl8",
-                                    target_sm=90)
+    """A cluster variant takes K in at most 8 slices that fit a CTA; the heuristic takes one when
+    W8A8_GEMV_PREFER_CLUSTER says so (the default, by measurement), on sm90, and where K fits: the
+    narrow or the wide one, whichever launches a CTA count nearer the SM count."""
+    def choice(n, k, **kw):
+        return heuristics.w8a8_gemv_choice(1, n, k, 128, "f16", "symmetric", "f16", 132, **kw)
+    c = choice(2112, 7168, variant="narrow_cl8", target_sm=90)
     assert c.spec.cluster == 8 and c.slice_blocks == 7
     with pytest.raises(ValueError, match="does not fit"):
-        heuristics.w8a8_gemv_choice(1, 64, 8 * 33 * 128, 128, "f16", "symmetric", "f16", 132, variant="narrow_cl8",
-                                    target_sm=90)
-    assert not heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132, target_sm=90).spec.cluster
-    heuristics.W8A8_GEMV_PREFER_CLUSTER = True
+        choice(64, 8 * 33 * 128, variant="narrow_cl8", target_sm=90)
+    assert heuristics.W8A8_GEMV_PREFER_CLUSTER
+    # The sweep's three small layers: 17 narrow tiles x 8 = 136 CTAs; 16 wide x 8 = 128; 28 wide x 8 = 224
+    # (against 56 narrow x 8 = 448).
+    assert choice(2112, 7168, target_sm=90).spec == W8A8GemvSpec(
+        "f16", "symmetric", "f16", **heuristics.W8A8_GEMV_VARIANTS["narrow_cl8"])
+    for n, k, slice_blocks in ((4096, 4096, 4), (7168, 2048, 2)):
+        c = choice(n, k, target_sm=90)
+        assert c.spec == W8A8GemvSpec("f16", "symmetric", "f16", **heuristics.W8A8_GEMV_VARIANTS["wide_cl8"])
+        assert c.slice_blocks == slice_blocks
+    assert not choice(2112, 7168, target_sm=80).spec.cluster
+    assert not choice(64, 8 * 33 * 128, target_sm=90).spec.cluster   # K does not fit 8 slices
+    heuristics.W8A8_GEMV_PREFER_CLUSTER = False
     try:
-        assert heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132,
-                                           target_sm=90).spec.cluster == 8
-        assert not heuristics.w8a8_gemv_choice(1, 2112, 7168, 128, "f16", "symmetric", "f16", 132,
-                                               target_sm=80).spec.cluster
-        long_k = heuristics.w8a8_gemv_choice(1, 64, 8 * 33 * 128, 128, "f16", "symmetric", "f16", 132, target_sm=90)
-        assert not long_k.spec.cluster
+        assert not choice(2112, 7168, target_sm=90).spec.cluster
     finally:
-        heuristics.W8A8_GEMV_PREFER_CLUSTER = False
+        heuristics.W8A8_GEMV_PREFER_CLUSTER = True
 
 
 def test_render_fills_the_template():

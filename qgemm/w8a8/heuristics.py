@@ -8,6 +8,7 @@ padding in M); large M wants the big tile (fewer re-reads of A and B).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog
@@ -174,7 +175,15 @@ W8A8_GEMV_CTAS_PER_SM = 2
 #   * on sm90 the "_cl8" variants split K inside a cluster of 8 CTAs and reduce through distributed
 #     shared memory: no partial buffer, no counters to zero (one graph node per call instead of a
 #     memset and the kernel), but at most 8 splits, so K / 8 must fit one CTA's shared memory.
-#     W8A8_GEMV_PREFER_CLUSTER (off until measured) makes the heuristic take them where they fit.
+#     W8A8_GEMV_PREFER_CLUSTER makes the heuristic take them where they fit, the narrow or the wide
+#     one, whichever launches a number of CTAs (column tiles x 8) nearer the SM count. Measured on an
+#     H100 (benchmarks/device_sweep.sh, 2026-11-26, M = 1, us, symmetric / asymmetric; the plan's
+#     choice before, narrow with split-K over two CTAs per SM, in brackets):
+#       (N, K) = (4096, 4096):  wide_cl8 (128 CTAs) 11.0 / 11.8, narrow_cl8 (256) 14.5 / 15.9  [12.2 / 12.9]
+#                (2112, 7168):  narrow_cl8 (136) 10.8 / 11.1, wide_cl8 (72) 12.8 / 13.1     [12.1 / 12.5]
+#                (7168, 2048):  wide_cl8 (224) 9.8 / 10.3, narrow_cl8 (448) 13.0 / 13.8     [11.5 / 11.9]
+#     At M = 16 the same rule's pick was 0.6-1.3 us from today's path either way, so the fused kernel
+#     still stops at W8A8_GEMV_SM90_MAX_M rows (below).
 W8A8_GEMV_MAX_M = 16
 W8A8_GEMV_VARIANTS = {
     "narrow": dict(warps=8, n_tiles=2, depth=4, min_ctas=2),
@@ -185,7 +194,7 @@ W8A8_GEMV_VARIANTS = {
     "wide_cl8": dict(warps=8, n_tiles=4, depth=2, min_ctas=2, cluster=8, arch=90, max_slice_k=4096,
                      max_slice_blocks=32),
 }
-W8A8_GEMV_PREFER_CLUSTER = False
+W8A8_GEMV_PREFER_CLUSTER = True
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,23 @@ def w8a8_gemv_cluster_slice_blocks(spec, k: int, block_size: int) -> int | None:
     return slice_blocks if slice_blocks <= spec.max_slice_blocks_for(block_size) else None
 
 
+def w8a8_gemv_cluster_choice(n: int, k: int, block_size: int, input: str, scheme: str, output: str,
+                             sm_count: int) -> W8A8GemvChoice | None:
+    """The sm90 cluster variant whose CTA count (column tiles x cluster) is nearest sm_count by ratio,
+    the wider on a tie; None where K fits neither's 8 slices."""
+    best = None
+    for variant in ("wide_cl8", "narrow_cl8"):
+        spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
+        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
+        if slice_blocks is None:
+            continue
+        ctas = -(-n // spec.tile_n) * spec.cluster
+        distance = abs(math.log(ctas / sm_count))
+        if best is None or distance < best[0]:
+            best = (distance, W8A8GemvChoice(spec, slice_blocks))
+    return best[1] if best else None
+
+
 def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme: str, output: str, sm_count: int,
                      variant: str | None = None, ctas_per_sm: float = W8A8_GEMV_CTAS_PER_SM,
                      target_sm: int = 80) -> W8A8GemvChoice:
@@ -259,10 +285,9 @@ def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme
     if variant not in W8A8_GEMV_VARIANTS:
         raise ValueError(f"variant must be one of {tuple(W8A8_GEMV_VARIANTS)}, got {variant!r}")
     if chosen is None and W8A8_GEMV_PREFER_CLUSTER and target_sm >= 90:
-        spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant + "_cl8"])
-        slice_blocks = w8a8_gemv_cluster_slice_blocks(spec, k, block_size)
-        if slice_blocks is not None:
-            return W8A8GemvChoice(spec, slice_blocks)
+        clustered = w8a8_gemv_cluster_choice(n, k, block_size, input, scheme, output, sm_count)
+        if clustered is not None:
+            return clustered
     spec = W8A8GemvSpec(input, scheme, output, **W8A8_GEMV_VARIANTS[variant])
     if spec.cluster:
         if target_sm < 90:

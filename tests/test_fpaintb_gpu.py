@@ -348,7 +348,9 @@ def test_stream_k_is_deterministic_and_graph_safe():
 @pytest.mark.parametrize("activation", ("relu", "silu", "gelu"))
 def test_bias_and_activation(activation):
     n, k = 264, 1024
-    for m in (1, 17, 200, 1500):  # the small-M kernel's epilogue, the tiled GEMM's, dequantize + cuBLAS
+    # The small-M kernel's epilogue, the tiled GEMM's (on sm90: the Sm90 kernel's, from 17 rows), and
+    # dequantize + cuBLAS (2500: past both the Sm80 path's threshold and the Sm90 kernel's).
+    for m in (1, 17, 200, 2500):
         weight = random_weight(k, n, 4, 128, False, torch.float16, seed=1)
         bias = randn(n, dtype=torch.float16, seed=2)
         plan = qgemm.FpAIntBPlan(weight, bias=bias, activation=activation)

@@ -105,9 +105,24 @@ def test_heuristic_picks_catalog_kernels_over_all_m():
 def test_heuristic_tile_by_m():
     def tile(m):
         return heuristics.fpaintb_sm90_choice(m, 4096, 4096, 4, "f16", 132).spec.tile
-    assert tile(32) == tile(64) == (128, 64)
-    assert tile(65) == tile(heuristics.FPAINTB_SM90_WIDE_MIN_M - 1) == (128, 128)
-    assert tile(heuristics.FPAINTB_SM90_WIDE_MIN_M) == (128, 256)
+    assert tile(heuristics.FPAINTB_SM90_MIN_M) == tile(32) == (128, 32)
+    assert tile(33) == tile(64) == (128, 64)
+    assert tile(65) == tile(heuristics.FPAINTB_SM90_DEQUANT_MIN_M - 1) == (128, 128)
+
+
+def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():
+    """Explicit stream-K splits, sm_count // tiles capped at FPAINTB_SM90_MAX_SPLITS, only where the
+    output tiles fill less than half the SMs (the sweep's 4 splits at 32 tiles, 2 at 64); otherwise 0,
+    CUTLASS's own decomposition."""
+    def splits(m, n, sm_count=132):
+        return heuristics.fpaintb_sm90_choice(m, n, 11008, 4, "f16", sm_count).splits
+    assert splits(24, 4096) == 4          # 32 tiles of 128 weight rows x 32 tokens
+    assert splits(24, 8192) == 2          # 64 tiles
+    assert splits(24, 12288) == 0         # 96 tiles: more than half of 132 SMs
+    assert splits(48, 4096) == 4 and splits(100, 8192) == 2
+    assert splits(24, 8) == heuristics.FPAINTB_SM90_MAX_SPLITS   # one tile: capped
+    assert splits(1000, 4096) == 0        # 256 tiles
+    assert splits(24, 8192, sm_count=78) == 0   # a smaller GPU: 64 tiles fill more than half
 
 
 def test_sm90_applies():

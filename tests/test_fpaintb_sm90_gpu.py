@@ -179,16 +179,21 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
 
 
-@pytest.mark.parametrize("scheduler", ("streamk", "persistent"))
-def test_cuda_graph_and_two_streams(scheduler):
+@pytest.mark.parametrize("m, tile, scheduler, splits", [
+    (200, (128, 128), "streamk", 0),      # CUTLASS's heuristic decomposition
+    (24, (128, 32), "streamk", 4),        # the heuristic's explicit split: 8 output tiles on 132 SMs
+    (200, (128, 256), "persistent", 0),
+])
+def test_cuda_graph_and_two_streams(m, tile, scheduler, splits):
     """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
-    bits (CUTLASS's deterministic stream-K reduction), and two streams running the plan at once on
-    different inputs each get their own result."""
-    m, n, k = 200, 1024, 4096
+    bits (CUTLASS's deterministic stream-K reduction, split-K slices included), and two streams running the
+    plan at once on different inputs each get their own result."""
+    n, k = 1024, 4096
     weight = random_weight(k, n, 4, 128, True, torch.float16, seed=8)
     plan = qgemm.FpAIntBPlan(weight, bias=randn(n, dtype=torch.float16, seed=1), activation="silu")
-    tile = (128, 128) if scheduler == "streamk" else (128, 256)
-    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler))
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler), splits=splits)
+    if splits:
+        assert plan.choice(m) == choice
     x = randn(m, k, dtype=torch.float16, seed=5)
     first = run(plan, x, choice)
     assert rel_err(first, reference(x, weight, plan.bias, "silu")) < BOUND[torch.float16]

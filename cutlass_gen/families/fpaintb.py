@@ -350,22 +350,22 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 
 # FpA x IntB on Sm90 (CUTLASS's mixed-input WGMMA collective; the weight is WGMMA's A, tokens on the
 # kernel's N): what qgemm/fpaintb/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8,
-# as (tile (weight rows, tokens), schedule, scheduler): a 64-token tile for batches up to 64 and a
-# 128-token one up to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition runs
-# whole waves data-parallel and splits only what does not fill the GPU), and 128 x 256 persistent for
-# large batches. Every kernel costs about a minute of CI build time, so the catalog stays at these 12;
-# FPAINTB_SM90_SWEEP_CONFIGS adds the narrower and ping-pong tiles for benchmarks/bench_fpaintb.py
-# --sweep (built on first use, or with `qgemm build` on a spec list), not in the CI build.
+# as (tile (weight rows, tokens), schedule, scheduler): 32-, 64- and 128-token stream-K tiles for batches
+# up to 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweep of 2026-11-26 in heuristics.py).
+# Every kernel costs one to two minutes of CI build time, so the catalog stays at these 12;
+# FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
+# benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
+# the CI build.
 FPAINTB_SM90_CONFIGS = [
+    ((128, 32), "cooperative", "streamk"),
     ((128, 64), "cooperative", "streamk"),
     ((128, 128), "cooperative", "streamk"),
-    ((128, 256), "cooperative", "persistent"),
 ]
 FPAINTB_SM90_SWEEP_CONFIGS = [
     ((128, 16), "cooperative", "streamk"),
-    ((128, 32), "cooperative", "streamk"),
     ((128, 64), "cooperative", "persistent"),
     ((128, 128), "cooperative", "persistent"),
+    ((128, 256), "cooperative", "persistent"),
     ((128, 256), "cooperative", "streamk"),
     ((64, 64), "pingpong", "persistent"),
     ((64, 128), "pingpong", "persistent"),

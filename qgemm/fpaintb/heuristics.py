@@ -143,32 +143,40 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 
 
 # FpA x IntB on Sm90 (FpAIntBSm90Spec: CUTLASS's mixed-input WGMMA collective, the weight as WGMMA's
-# A and the tokens on the kernel's N). Measured on an H100 (bench_fpaintb.py, INT4 group 128, FP16,
-# rotated weights, six shapes; geomean against cuBLAS FP16, the Sm80 path in brackets): M 64 1.73x
-# (0.97x), M 256 0.89x (0.39x), M 4096 0.72x (0.91x: dequantize + cuBLAS beat the Sm90 kernel on
-# all six shapes, e.g. N 12288, K 4096: 700 against 1100 us). Hence dequantize + cuBLAS from
-# FPAINTB_SM90_DEQUANT_MIN_M = 1024 rows, where the two are estimated even on the largest weight
-# (dequantizing costs one pass over the weight, ~200 us for 8192 x 28672; the Sm90 kernel runs at
-# ~0.73x cuBLAS's rate). The tile table is still the starting point (not swept):
-#   * below FPAINTB_SM90_MIN_M rows the Sm80 kernels above stay (issue 16: qgemm's small-M kernels
-#     measured 2.35x / 1.71x cuBLAS FP16 at M = 1 / 16; CUTLASS publishes 2.0-2.2x for its mixed-input
-#     kernel there), from it the Sm90 kernel (qgemm measured 0.72x cuBLAS at M = 64 and 0.35x at 256,
-#     CUTLASS's stock mixed-input example 0.94-1.02x at 256);
-#   * token tile by M: 64 wide up to 64 rows (one token tile: the weight is read once), 128 wide up
-#     to FPAINTB_SM90_WIDE_MIN_M, both stream-K (CUTLASS's heuristic decomposition: whole waves run
-#     data-parallel, only the tiles short of a wave split their K), and 128 x 256 persistent for large
-#     batches, where the tiles fill the GPU many times;
-#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows (above);
+# A and the tokens on the kernel's N). Set from the tile sweep of 2026-11-26 (benchmarks/device_sweep.sh:
+# bench_fpaintb.py --sweep sm90 on an H100, INT4 group 128 and INT8 per channel, FP16, rotated weights,
+# CUDA graphs, the six shapes (K, N) = (14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096),
+# (8192, 28672), (28672, 8192); us in that order):
+#   * M = 16: the Sm80 kernels stay (75.8, 19.4, 31.7, 21.6, 63.3, 64.3; the best Sm90 tile, 128 x 16,
+#     85.3, 21.1, 34.7, 21.0, 70.9, 63.6). From M = 17 the Sm90 kernel (FPAINTB_SM90_MIN_M): at M = 24
+#     its 128 x 32 tile beat the Sm80 32-row GEMM on all six (92.7, 22.5, 37.9, 22.5, 74.7, 67.8 against
+#     102.4, 25.8, 38.8, 28.8, 84.0, 83.3), at M = 32 likewise (91.0, 22.7, 37.8, 22.8, 75.4, 68.0
+#     against the 128 x 64 tile's 104.4, 27.1, 44.8, 28.9, 89.5, 82.7);
+#   * token tile by M: 32 wide up to 32 rows, 64 up to 64, 128 beyond (the best or within noise of it at
+#     M = 64, 128, 256 and 512; the 64 x 128 ping-pong and 128 x 256 tiles won single shapes by 3-13%),
+#     all stream-K;
+#   * stream-K splits (ext[4]): CUTLASS's heuristic decomposition leaves SMs idle when the output tiles
+#     fill less than half the GPU; there an explicit split of sm_count // tiles (at most
+#     FPAINTB_SM90_MAX_SPLITS, the most swept) won: M = 24, N = 4096 (32 tiles) 22.5 with 4 splits
+#     against 23.6; N = 8192 (64 tiles) 67.8 with 2 against 69.4; M = 32 alike (22.8 and 68.0 against
+#     28.9 and 82.7 for the heuristic's 128 x 64); more tiles: the heuristic's own (0) was best;
+#   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows: at M = 1024 the Sm90 kernel won on
+#     all five shapes measured (128 x 128: 192.2, 356.7, 155.7, 881.2 against 229.1, 417.7, 198.9,
+#     1091.8; 128 x 256: 1097 against 1414 on the first), at 2048 the two were even (Sm90 stream-K
+#     2305, 416, 734, 344, 1854, 1733 against 2307, 386, 704, 318, 1723, 1720), at 4096 dequantize +
+#     cuBLAS won on five of six (4239, 750, 1277, 630, 3150 against 4807, 921, 1557, 725, 3760);
 #   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
 #     tile) stays on the Sm80 kernels.
-FPAINTB_SM90_MIN_M = 32
-FPAINTB_SM90_WIDE_MIN_M = 1024
-FPAINTB_SM90_DEQUANT_MIN_M = 1024
+# The persistent 128 x 128 kernel ran 4-7% faster than the stream-K one at M = 2048; it stays in the
+# sweep list, out of the catalog (each Sm90 kernel adds one to two minutes to CI's build).
+FPAINTB_SM90_MIN_M = 17
+FPAINTB_SM90_DEQUANT_MIN_M = 2048
+FPAINTB_SM90_MAX_SPLITS = 4
 # (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
 FPAINTB_SM90_TILES = [
+    (32, (128, 32), "cooperative", "streamk"),
     (64, (128, 64), "cooperative", "streamk"),
-    (FPAINTB_SM90_WIDE_MIN_M - 1, (128, 128), "cooperative", "streamk"),
-    (None, (128, 256), "cooperative", "persistent"),
+    (None, (128, 128), "cooperative", "streamk"),
 ]
 
 
@@ -209,8 +217,17 @@ def fpaintb_sm90_applies(m: int, n: int, k: int, group_size: int, target_sm: int
     return n % 8 == 0 and k % FpAIntBSm90Spec.TILE_K == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k)
 
 
+def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
+    """Stream-K split-K slices (ext[4]) for M rows of an N-column weight: sm_count // tiles (at most
+    FPAINTB_SM90_MAX_SPLITS) where the output tiles fill less than half the GPU, else 0 (CUTLASS's
+    heuristic decomposition)."""
+    tiles = -(-n // tile[0]) * -(-m // tile[1])
+    return min(FPAINTB_SM90_MAX_SPLITS, sm_count // tiles) if 2 * tiles <= sm_count else 0
+
+
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int) -> FpAIntBSm90Choice:
-    """The catalog's Sm90 FpA x IntB kernel for M rows (the table above)."""
+    """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above)."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
-    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler))
+    splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
+    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler), splits=splits)

@@ -226,6 +226,20 @@ def assert_nothing_half_built(root: Path):
         assert leftovers == [], (kernel_dir, leftovers)
 
 
+def _sigint_as_ctrl_c():
+    """Child processes start with SIGINT at its default: a shell without job control starts background
+    jobs (a test run under `cmd &`) with SIGINT ignored, which children inherit and Python keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def sigint_raises():
+    """KeyboardInterrupt on SIGINT in this process too, whatever this test run inherited."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_during_qgemm_build_stops_within_3s(tmp_cache, fake_nvcc, sig, code):
     """Ctrl-C (or SIGTERM) during `qgemm build`: queued kernels cancelled, running nvcc process groups
@@ -233,7 +247,7 @@ def test_signal_during_qgemm_build_stops_within_3s(tmp_cache, fake_nvcc, sig, co
     env = subprocess_env(FAKE_NVCC_SLEEP="60")
     proc = subprocess.Popen([sys.executable, "-m", "cutlass_gen.cli", "build", "--sm", "75", "--family",
                              "act_quant", "-j", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_sigint_as_ctrl_c)
     try:
         wait_for(lambda: len(fake_compiles(fake_nvcc)) == 2, what="two fake nvcc compiles to start")
         pids = [int(line.split()[0]) for line in fake_compiles(fake_nvcc)]
@@ -259,7 +273,7 @@ def test_ctrl_c_during_a_first_use_build(tmp_cache, fake_nvcc):
     code = ("from cutlass_gen.build import build; from cutlass_gen.families.w8a8 import ActQuantSpec\n"
             "try:\n    build(ActQuantSpec('f32'), 75)\nexcept KeyboardInterrupt:\n    raise SystemExit(130)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], env=subprocess_env(FAKE_NVCC_SLEEP="60"),
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_ctrl_c)
     try:
         wait_for(lambda: len(fake_compiles(fake_nvcc)) == 1, what="the fake nvcc to start")
         pid = int(fake_compiles(fake_nvcc)[0].split()[0])
@@ -275,7 +289,7 @@ def test_ctrl_c_during_a_first_use_build(tmp_cache, fake_nvcc):
     assert_nothing_half_built(tmp_cache)
 
 
-def test_build_many_cancels_on_interrupt(tmp_cache, fake_nvcc, monkeypatch):
+def test_build_many_cancels_on_interrupt(tmp_cache, fake_nvcc, monkeypatch, sigint_raises):
     """In-process: a KeyboardInterrupt reaching build_many's wait cancels everything and re-raises."""
     monkeypatch.setenv("FAKE_NVCC_SLEEP", "60")
     specs = [ActQuantSpec(a, symmetric=s) for a in ("f16", "bf16", "f32") for s in (False, True)]

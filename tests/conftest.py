@@ -26,6 +26,18 @@ requires_nvcc = pytest.mark.skipif(
 )
 
 
+# The run's own kernel cache, read once at import: tmp_cache (below) changes the variable per test.
+_RUN_CACHE = os.environ.get("QGEMM_CACHE_DIR")
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory):
+    """Where tests that compile real kernels put them: the run's QGEMM_CACHE_DIR when it sets one, so
+    that CI (.ci/run sets a fresh one) builds a catalog kernel once, for the tests and its `qgemm
+    build` alike; else a folder of this session, so tests never write to ~/.cache/qgemm."""
+    return _RUN_CACHE or tmp_path_factory.mktemp("qgemm-kernels")
+
+
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """A private kernel cache (QGEMM_CACHE_DIR) so tests never write to ~/.cache/qgemm."""

@@ -265,9 +265,9 @@ def test_plan_checks_x_and_out_alignment_for_an_sm90_choice(fake_gpu):
 # --- the compiled kernel's host library -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def sm90_host(tmp_path_factory):
+def sm90_host(kernel_cache):
     """The 64 x 128 Sm90 kernel, built once for this module (~30 s)."""
-    return HostLibrary(str(build(TILE_64, 90, tmp_path_factory.mktemp("qgemm-conv-sm90-cache")).so_path))
+    return HostLibrary(str(build(TILE_64, 90, kernel_cache).so_path))
 
 
 @requires_nvcc
@@ -333,10 +333,10 @@ def test_host_library_make_params_rejects_before_touching_the_driver(sm90_host):
 
 @requires_nvcc
 @pytest.mark.nvcc
-def test_pingpong_host_library_plans_pointwise_problems_only(tmp_path):
+def test_pingpong_host_library_plans_pointwise_problems_only(kernel_cache):
     """The ping-pong GEMM plans from the same slots: a persistent grid (at most one threadblock per
     SM, three warp groups each), and BAD_PROBLEM for a filter, a stride, padding or no SM count."""
-    host = HostLibrary(str(build(PINGPONG, 90, tmp_path).so_path))
+    host = HostLibrary(str(build(PINGPONG, 90, kernel_cache).so_path))
     problem = conv_problem(64, 56, 56, 64, 256, (1, 1))
     problem.sm_count = 132
     status, launch = host.plan(problem)
@@ -352,11 +352,11 @@ def test_pingpong_host_library_plans_pointwise_problems_only(tmp_path):
 
 @requires_nvcc
 @pytest.mark.nvcc
-def test_two_per_sm_kernels_fit_twice(tmp_path):
+def test_two_per_sm_kernels_fit_twice(kernel_cache):
     """A catalog kernel asking for two threadblocks per SM gets them: its shared memory fits twice in
     the 227 KB an H100 SM gives one kernel's blocks (the registers are capped by __launch_bounds__)."""
     (spec,) = [s for s in catalog(90, "conv2d_int8_sm90") if s.ctas_per_sm == 2 and s.tile[0] == 128]
-    host = HostLibrary(str(build(spec, 90, tmp_path).so_path))
+    host = HostLibrary(str(build(spec, 90, kernel_cache).so_path))
     status, launch = host.plan(conv_problem(64, 56, 56, 64, 64, (3, 3), padding=(1, 1)))
     assert status == 0, host.status_string(status)
     assert 2 * launch.smem_bytes <= 227 * 1024

@@ -290,20 +290,10 @@ def test_fp8_linear_module_checks_input_shape(fake_sm90):
 # --- the compiled kernel's host library plans on the CPU ------------------------------------------------
 
 @pytest.fixture(scope="module")
-def swap16_library(tmp_path_factory):
-    import os
-
+def swap16_library(kernel_cache):
     from cutlass_gen.build import build
 
-    old = os.environ.get("QGEMM_CACHE_DIR")
-    os.environ["QGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qgemm-cache"))
-    try:
-        return HostLibrary(str(build(SWAP16, 90).so_path))
-    finally:
-        if old is None:
-            del os.environ["QGEMM_CACHE_DIR"]
-        else:
-            os.environ["QGEMM_CACHE_DIR"] = old
+    return HostLibrary(str(build(SWAP16, 90, kernel_cache).so_path))
 
 
 def fp8_problem(m, n, k, pitch=None, splits=0):

@@ -253,9 +253,9 @@ HOST_SPEC = FpAIntBSm90Spec("f16", 4, (128, 64), "cooperative", "streamk")
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
+def host(kernel_cache):
     # The catalog build in QGEMM_CACHE_DIR serves when it is there; else one compile (minutes, -j 1).
-    artifact = find_artifact(HOST_SPEC, 90) or build(HOST_SPEC, 90, tmp_path_factory.mktemp("qgemm-fpaintb-sm90"))
+    artifact = find_artifact(HOST_SPEC, 90) or build(HOST_SPEC, 90, kernel_cache)
     return HostLibrary(str(artifact.so_path))
 
 

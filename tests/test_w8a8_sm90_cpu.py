@@ -193,8 +193,8 @@ ASYM64 = W8A8Sm90Spec((128, 128), 64, "asymmetric", "f16")
 
 
 @pytest.fixture(scope="module")
-def asym_host(tmp_path_factory):
-    return HostLibrary(str(build(ASYM64, 90, tmp_path_factory.mktemp("qgemm-w8a8-sm90-cache")).so_path))
+def asym_host(kernel_cache):
+    return HostLibrary(str(build(ASYM64, 90, kernel_cache).so_path))
 
 
 def _problem(m, n, k, block_size=64):

@@ -161,10 +161,12 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 #     against 23.6; N = 8192 (64 tiles) 67.8 with 2 against 69.4; M = 32 alike (22.8 and 68.0 against
 #     28.9 and 82.7 for the heuristic's 128 x 64); more tiles: the heuristic's own (0) was best;
 #   * dequantize + cuBLAS from FPAINTB_SM90_DEQUANT_MIN_M rows: at M = 1024 the Sm90 kernel won on
-#     all five shapes measured (128 x 128: 192.2, 356.7, 155.7, 881.2 against 229.1, 417.7, 198.9,
-#     1091.8; 128 x 256: 1097 against 1414 on the first), at 2048 the two were even (Sm90 stream-K
-#     2305, 416, 734, 344, 1854, 1733 against 2307, 386, 704, 318, 1723, 1720), at 4096 dequantize +
-#     cuBLAS won on five of six (4239, 750, 1277, 630, 3150 against 4807, 921, 1557, 725, 3760);
+#     all five shapes the sweep reached (128 x 128 persistent: 192.2, 356.7, 155.7, 881.2 against
+#     229.1, 417.7, 198.9, 1091.8; 128 x 256: 1097 against 1414 on the first; the 128 x 128 stream-K
+#     kernel the plan runs: 0.82x cuBLAS FP16 geomean over the six against 0.67x in the final run);
+#     at 2048 dequantize + cuBLAS was as fast or 4-8% faster on every shape (Sm90 stream-K 2305, 416,
+#     734, 344, 1854, 1733 against 2307, 386, 704, 318, 1723, 1720), at 4096 faster on all six
+#     (4239, 750, 1277, 630, 3150, 3169 against 4807, 921, 1557, 725, 3760, 3658);
 #   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
 #     tile) stays on the Sm80 kernels.
 # The persistent 128 x 128 kernel ran 4-7% faster than the stream-K one at M = 2048; it stays in the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def kernel_cache(tmp_path_factory):
     """Where tests that compile real kernels put them: the run's QGEMM_CACHE_DIR when it sets one, so
     that CI (.ci/run sets a fresh one) builds a catalog kernel once, for the tests and its `qgemm
     build` alike; else a folder of this session, so tests never write to ~/.cache/qgemm."""
-    return _RUN_CACHE or tmp_path_factory.mktemp("qgemm-kernels")
+    return Path(_RUN_CACHE) if _RUN_CACHE else tmp_path_factory.mktemp("qgemm-kernels")
 
 
 @pytest.fixture

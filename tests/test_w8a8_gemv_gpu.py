@@ -155,6 +155,25 @@ def test_non_finite_activation_reaches_its_row(scheme, bad, activation):
     assert torch.isfinite(out[[0, 1, 3, 4]]).all()
 
 
+@pytest.mark.parametrize("variant", list(heuristics.W8A8_GEMV_VARIANTS))
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_non_finite_activation_reaches_its_row_in_every_variant(scheme, bad, variant):
+    """The same through each variant forced, the cluster ones (a reduction through distributed shared
+    memory) included: on sm90 plan(x) runs those for M <= 4, which the test above (M = 5) does not
+    reach. The output starts at zero, so a NaN row is the kernel's."""
+    _skip_unless_target(variant)
+    m, n, k = 3, 260, 1024
+    plan, _, _ = _plan(n, k, 128, scheme, torch.float16, "none")
+    x = randn(m, k, dtype=torch.float16)
+    x[1, 700] = bad
+    out = torch.zeros((m, n), dtype=plan.out_dtype, device="cuda")
+    plan._call_gemv(x, out, m, choice=plan._gemv.choice(m, x.dtype, variant=variant))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all()
+    assert torch.isfinite(out[[0, 2]]).all()
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_cuda_graph_and_two_streams(scheme):
     """Captured in a graph (one split and a split-K launch), replayed with new inputs; the same plan

@@ -46,7 +46,7 @@ class Kernel:
     def __init__(self, spec: KernelSpec, target_sm: int, so_path: str, fatbin: bytes):
         self.spec = spec
         self.target_sm = target_sm
-        self.host = HostLibrary(so_path)
+        self.host = HostLibrary(so_path, spec.name)
         self._fatbin = fatbin
         self._per_device: dict[int, tuple[object, _driver.Launcher, list]] = {}
 

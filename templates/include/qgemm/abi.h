@@ -1,9 +1,11 @@
 // qgemm launch ABI: the one host interface every generated kernel exports.
 //
-// Each kernel is compiled by one nvcc invocation into a host library (.so) and a
-// fatbin. The fatbin holds one `extern "C" __global__` entry that takes the
-// kernel's CUTLASS Params by value; the library holds the CUTLASS host code that
-// builds those Params. Python (qgemm/_abi.py mirrors the two structs below, and
+// Kernels are compiled by nvcc into a host library (.so) and a fatbin, one kernel
+// per invocation or several (a bundle: the build driver compiles kernels of one
+// family in one translation unit, so that they parse the headers and instantiate
+// CuTe's shared templates once). The fatbin holds one `extern "C" __global__`
+// entry per kernel, named as the kernel, that takes the kernel's CUTLASS Params by
+// value; the library holds the CUTLASS host code that builds those Params. Python (qgemm/_abi.py mirrors the two structs below, and
 // nothing of CUTLASS) fills a QgemmProblem, asks the library for the launch shape
 // and the Params bytes, and launches the entry with cuLaunchKernelEx.
 //
@@ -12,7 +14,7 @@
 
 #include <cstdint>
 
-#define QGEMM_ABI_VERSION 2
+#define QGEMM_ABI_VERSION 3
 
 // Everything a kernel needs to know about one call. Families give the slots a
 // meaning in their template's header comment (e.g. ptr[0] = A, ptr[1] = B, ...).
@@ -41,12 +43,13 @@ struct QgemmLaunch {
 #define QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL 100
 #define QGEMM_STATUS_BAD_PROBLEM 101
 
-// Exported by every generated library (see abi_exports.h).
+// Exported by every generated library (see abi_exports.h), once per library:
 extern "C" {
 int qgemm_abi_version();
-const char* qgemm_entry_name();       // the __global__ symbol in the fatbin
-const char* qgemm_spec_json();        // the spec that produced the kernel
-int qgemm_plan(const QgemmProblem* problem, QgemmLaunch* launch);
-int qgemm_make_params(const QgemmProblem* problem, void* workspace, void* params, uint64_t capacity);
 const char* qgemm_status_string(int status);
 }
+// and once per kernel <entry> in it (host symbols carry the entry's name, so that a
+// bundle's kernels share one library):
+//   const char* <entry>_spec_json();   // the spec that produced the kernel
+//   int <entry>_plan(const QgemmProblem* problem, QgemmLaunch* launch);
+//   int <entry>_make_params(const QgemmProblem* problem, void* workspace, void* params, uint64_t capacity);

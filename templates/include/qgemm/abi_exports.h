@@ -7,9 +7,10 @@
 //   static int plan(QgemmProblem const&, QgemmLaunch&);
 //   static int make_params(QgemmProblem const&, void* workspace, Params&);
 //   static __device__ void run(Params const&, char* smem);
-// Each generated translation unit defines exactly one kernel, so the exported
-// host symbols need no per-kernel prefix; the device entry carries the kernel's
-// name so profilers show it. Params are a __grid_constant__ argument: CUTLASS 3.x kernels
+// A translation unit may define several kernels (a bundle, each in its own namespace), so
+// the exported host symbols carry the entry's name; the library-wide ones are defined
+// here, once per translation unit. The device entry is named as the kernel, so profilers
+// show it. Params are a __grid_constant__ argument: CUTLASS 3.x kernels
 // keep their TMA descriptors in them and address them in the parameter space.
 #pragma once
 
@@ -32,6 +33,14 @@ struct MinBlocksPerSm<Adapter, std::void_t<decltype(Adapter::kMinBlocksPerSm)>> 
 };
 }  // namespace qgemm
 
+// The library-wide half of the ABI (abi.h), once per library.
+extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }
+extern "C" const char* qgemm_status_string(int status) {
+  if (status == QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL) return "params buffer too small";
+  if (status == QGEMM_STATUS_BAD_PROBLEM) return "problem not supported by this kernel";
+  return cutlassGetStatusString(static_cast<cutlass::Status>(status));
+}
+
 #define QGEMM_EXPORT_KERNEL(ENTRY, ADAPTER, SPEC_JSON)                                                   \
   extern "C" __global__ void __launch_bounds__(ADAPTER::kThreadCount,                            \
                                                qgemm::MinBlocksPerSm<ADAPTER>::value) ENTRY(     \
@@ -41,10 +50,8 @@ struct MinBlocksPerSm<Adapter, std::void_t<decltype(Adapter::kMinBlocksPerSm)>> 
   }                                                                                                    \
   static_assert(std::is_trivially_copyable<ADAPTER::Params>::value,                                    \
                 "Params travel to the device as bytes");                                               \
-  extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }                                     \
-  extern "C" const char* qgemm_entry_name() { return #ENTRY; }                                         \
-  extern "C" const char* qgemm_spec_json() { return SPEC_JSON; }                                       \
-  extern "C" int qgemm_plan(QgemmProblem const* problem, QgemmLaunch* launch) {                        \
+  extern "C" const char* ENTRY##_spec_json() { return SPEC_JSON; }                                       \
+  extern "C" int ENTRY##_plan(QgemmProblem const* problem, QgemmLaunch* launch) {                        \
     *launch = QgemmLaunch{};                                                                           \
     launch->block[0] = ADAPTER::kThreadCount;                                                          \
     launch->block[1] = launch->block[2] = 1;                                                           \
@@ -52,14 +59,9 @@ struct MinBlocksPerSm<Adapter, std::void_t<decltype(Adapter::kMinBlocksPerSm)>> 
     launch->params_bytes = sizeof(ADAPTER::Params);                                                    \
     return ADAPTER::plan(*problem, *launch);                                                           \
   }                                                                                                    \
-  extern "C" int qgemm_make_params(QgemmProblem const* problem, void* workspace, void* params,        \
+  extern "C" int ENTRY##_make_params(QgemmProblem const* problem, void* workspace, void* params,        \
                                    uint64_t capacity) {                                                \
     if (capacity < sizeof(ADAPTER::Params)) return QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL;               \
     ADAPTER::Params* p = new (params) ADAPTER::Params();                                               \
     return ADAPTER::make_params(*problem, workspace, *p);                                              \
-  }                                                                                                    \
-  extern "C" const char* qgemm_status_string(int status) {                                             \
-    if (status == QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL) return "params buffer too small";             \
-    if (status == QGEMM_STATUS_BAD_PROBLEM) return "problem not supported by this kernel";            \
-    return cutlassGetStatusString(static_cast<cutlass::Status>(status));                               \
   }

@@ -19,11 +19,15 @@ extern "C" void emu_readable(void const* ptr, uint64_t bytes) {
 extern "C" void emu_clear_readable() { emu::state().readable.clear(); }
 extern "C" void emu_schedule(int schedule) { emu::state().schedule = schedule; }
 
+extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }
+extern "C" const char* qgemm_status_string(int status) {
+  return status == QGEMM_STATUS_BAD_PROBLEM ? "problem not supported by this kernel" : "error";
+}
+
+// Emulated libraries hold one kernel, so emu_launch needs no prefix; the ABI's own symbols do.
 #define QGEMM_EXPORT_KERNEL(ENTRY, ADAPTER, SPEC_JSON)                                                 \
-  extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }                                   \
-  extern "C" const char* qgemm_entry_name() { return #ENTRY; }                                       \
-  extern "C" const char* qgemm_spec_json() { return SPEC_JSON; }                                     \
-  extern "C" int qgemm_plan(QgemmProblem const* problem, QgemmLaunch* launch) {                      \
+  extern "C" const char* ENTRY##_spec_json() { return SPEC_JSON; }                                   \
+  extern "C" int ENTRY##_plan(QgemmProblem const* problem, QgemmLaunch* launch) {                    \
     *launch = QgemmLaunch{};                                                                         \
     launch->block[0] = ADAPTER::kThreadCount;                                                        \
     launch->block[1] = launch->block[2] = 1;                                                         \
@@ -31,19 +35,16 @@ extern "C" void emu_schedule(int schedule) { emu::state().schedule = schedule; }
     launch->params_bytes = sizeof(ADAPTER::Params);                                                  \
     return ADAPTER::plan(*problem, *launch);                                                         \
   }                                                                                                  \
-  extern "C" int qgemm_make_params(QgemmProblem const* problem, void* workspace, void* params,      \
+  extern "C" int ENTRY##_make_params(QgemmProblem const* problem, void* workspace, void* params,    \
                                    uint64_t capacity) {                                              \
     if (capacity < sizeof(ADAPTER::Params)) return QGEMM_STATUS_PARAMS_BUFFER_TOO_SMALL;             \
     ADAPTER::Params* p = new (params) ADAPTER::Params();                                             \
     return ADAPTER::make_params(*problem, workspace, *p);                                            \
   }                                                                                                  \
-  extern "C" const char* qgemm_status_string(int status) {                                           \
-    return status == QGEMM_STATUS_BAD_PROBLEM ? "problem not supported by this kernel" : "error";     \
-  }                                                                                                  \
   /* 0: ran; 1: emulation error (emu_error); otherwise the plan/make_params status + 1000. */        \
   extern "C" int emu_launch(QgemmProblem const* problem, void* workspace) {                          \
     QgemmLaunch launch;                                                                              \
-    int status = qgemm_plan(problem, &launch);                                                       \
+    int status = ENTRY##_plan(problem, &launch);                                                     \
     if (status != 0) return 1000 + status;                                                           \
     static ADAPTER::Params params;                                                                   \
     params = ADAPTER::Params{};                                                                      \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two device jobs at once on a two-GPU kind, one per GPU, for correctness runs that need no quiet
 # machine (tests, fuzz, sanitizer): LANE0 and LANE1 are command lines, run by bash with
-# CUDA_VISIBLE_DEVICES=0 and 1 and OUT=$OUT/lane0 and $OUT/lane1; each lane's output goes to
+# CUDA_VISIBLE_DEVICES=0 and 1 (LANE_GPUS="0 0": both on the one GPU of nvidia-h100-x1) and OUT=$OUT/lane0 and $OUT/lane1; each lane's output goes to
 # $OUT/laneN/laneN.log and is printed when both are done. Not for timings: the lanes share the host.
 #   LANE0='STAGE=tests bash benchmarks/device_verify.sh' LANE1='STAGE=fuzz bash benchmarks/device_verify.sh' \
 #     bash benchmarks/device_lanes.sh
@@ -14,7 +14,8 @@ for i in 0 1; do
   var=LANE$i; cmd=${!var:-}
   [ -z "$cmd" ] && continue
   mkdir -p "$OUT/lane$i"
-  ( export CUDA_VISIBLE_DEVICES=$i OUT="$OUT/lane$i"; bash -c "$cmd" > "$OUT/lane$i.log" 2>&1
+  gpus=(${LANE_GPUS:-0 1})
+  ( export CUDA_VISIBLE_DEVICES=${gpus[$i]} OUT="$OUT/lane$i"; bash -c "$cmd" > "$OUT/lane$i.log" 2>&1
     echo "[lane $i done after $(( $(date +%s) - start )) s]" >> "$OUT/lane$i.log" ) &
 done
 wait

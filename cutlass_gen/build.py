@@ -1,8 +1,12 @@
 """nvcc build driver with an on-disk cache.
 
-One nvcc invocation per kernel makes both halves of the launch ABI: the host
-library (.so, CUTLASS's host code building Params) and, kept from the same
-compile with --keep, the fatbin the runtime loads with the driver API.
+One nvcc invocation makes both halves of the launch ABI: the host library (.so,
+CUTLASS's host code building Params) and, kept from the same compile with --keep,
+the fatbin the runtime loads with the driver API. It compiles one kernel, or a
+bundle: several kernels of one CUTLASS 3.x family in one translation unit
+(render_bundle), which parses the headers and instantiates the CuTe templates they
+share once. build_many bundles those families (plan_bundles); each kernel of a
+bundle still gets its own artifact.
 
 Artifacts live in the cache (QGEMM_CACHE_DIR, default ~/.cache/qgemm, never the
 working directory) at <cache>/sm<target>/<kernel name>/<key>/ where key hashes
@@ -47,7 +51,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .paths import TemplatesNotFoundError, extensions_include_dir
-from .render import RenderedKernel, render
+from .render import RenderedKernel, render, render_bundle
 from .spec import KernelSpec
 from .toolchain import Toolchain, ToolchainError, toolchain
 
@@ -73,6 +77,11 @@ TERMINATE_GRACE_S = 1.0
 
 # Peak resident memory of one CUTLASS compile; bounds parallel jobs by RAM.
 BYTES_PER_JOB = {75: 1 << 30, 80: 1 << 30, 90: 4 << 30}
+# What each further kernel of a bundle adds to it (three Sm90 W8A8 kernels: 4.7 GiB, one: 3.1 GiB).
+BUNDLE_BYTES_PER_KERNEL = 1 << 30
+# Most kernels compiled in one translation unit. Each adds ~21 s to a bundle against ~77 s alone
+# (Sm90 W8A8), but a bundle is one job: larger ones would leave cores idle at the end of a build.
+MAX_BUNDLE = 4
 
 
 class BuildError(RuntimeError):
@@ -398,97 +407,256 @@ def _write_file(path: Path, text: str) -> None:
     os.chmod(path, FILE_MODE)
 
 
-def build(spec: KernelSpec, target_sm: int, root: Path | None = None,
-          cancel: threading.Event | None = None) -> Artifact:
-    """Build one kernel (or return the cached build). `cancel`, when set, stops the build."""
+@dataclass(frozen=True)
+class _Job:
+    """One kernel's place in the cache for one build."""
+    spec: KernelSpec
+    rendered: RenderedKernel
+    digest: str
+    key: str
+    kernel_dir: Path
+    final: Path
+
+    @property
+    def lock(self) -> Path:
+        return self.kernel_dir / f".{self.key}.lock"
+
+    def work_dir(self, what: str = "build") -> Path:
+        return self.kernel_dir / f".{self.key}-{what}-{os.getpid()}-{threading.get_ident()}"
+
+
+def _job(spec: KernelSpec, target_sm: int, root: Path, tc: Toolchain) -> _Job:
     if not spec.supports_target(target_sm):
         raise ValueError(f"kernel {spec.name} needs sm{spec.arch} or later, got target sm{target_sm}")
-    root = Path(root or cache_root())
-    tc = toolchain()
     rendered = render(spec)
-    flags = tc.flags(target_sm)
-    digest = source_digest(rendered, target_sm, flags)
+    digest = source_digest(rendered, target_sm, tc.flags(target_sm))
     key = build_key(digest, tc)
     kernel_dir = root / f"sm{target_sm}" / spec.name
-    final = kernel_dir / key
+    return _Job(spec, rendered, digest, key, kernel_dir, kernel_dir / key)
 
-    check_cache_safe(root, kernel_dir)
-    cached = _read_artifact(final)
+
+def _cached(job: _Job, root: Path) -> Artifact | None:
+    check_cache_safe(root, job.kernel_dir)
+    cached = _read_artifact(job.final)
     if cached is not None:
-        check_cache_safe(root, final)
-        return cached
+        check_cache_safe(root, job.final)
+    return cached
 
-    _ensure_dir(kernel_dir, root)
-    with _exclusive(kernel_dir / f".{key}.lock", f"{spec.name} for sm{target_sm}", cancel):
-        # Whoever held the lock before us may have built it.
-        cached = _read_artifact(final)
-        if cached is not None:
-            return cached
-        # Holding the lock, no one else is building this key: a build folder left here is from a builder
-        # that was killed outright (SIGKILL, power loss), whose nvcc may have written into it afterwards.
-        for leftover in kernel_dir.glob(f".{key}-build-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        if final.exists():  # damaged: move it out of the way (atomically), then delete it
-            trash = kernel_dir / f".{key}-damaged-{os.getpid()}-{threading.get_ident()}"
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
 
-        work = kernel_dir / f".{key}-build-{os.getpid()}-{threading.get_ident()}"
-        work.mkdir(mode=DIR_MODE)
-        os.chmod(work, DIR_MODE)
-        try:
-            src = work / SOURCE_NAME
-            _write_file(src, rendered.source)
-            keep = work / "keep"
-            keep.mkdir()
-            log_path = work / "nvcc.log"
-            command = [str(tc.nvcc), *flags, "--keep", f"--keep-dir={keep}", "-o", str(work / SO_NAME), str(src)]
-            returncode = _run_nvcc(command, log_path, cancel)
-            if returncode != 0:
-                if cancel is not None and cancel.is_set():
-                    raise BuildCancelled(f"cancelled: {spec.name}")
-                output = log_path.read_text(errors="replace")
-                logs = root / "logs"
-                _ensure_dir(logs, root)
-                saved = logs / f"{spec.name}-{key}.log"
-                _write_file(saved, output)
-                tail = "\n".join(output.strip().splitlines()[-15:])
-                raise BuildError(spec.name, command, saved, tail)
-            if not (keep / "kernel.fatbin").is_file():
-                raise BuildError(spec.name, command, log_path, "nvcc --keep left no kernel.fatbin")
-            os.replace(keep / "kernel.fatbin", work / FATBIN_NAME)
-            shutil.rmtree(keep)
-            log_path.unlink()
-            files = {}
-            for name in DIGESTED:
-                os.chmod(work / name, FILE_MODE)
-                files[name] = {"sha256": file_digest(work / name), "bytes": (work / name).stat().st_size}
-            meta = {
-                "format": META_FORMAT,
-                "name": spec.name,
-                "spec": spec.to_dict(),
-                "target_sm": target_sm,
-                "key": key,
-                "source_digest": digest,
-                "flags": flags,
-                "nvcc_version": tc.nvcc_version,
-                "cutlass_version": tc.cutlass_version,
-                "files": files,
-                "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            }
-            _write_file(work / META_NAME, json.dumps(meta, indent=1, sort_keys=True))
-            os.rename(work, final)  # the artifact appears complete or not at all
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
-    artifact = _read_artifact(final)
+def _clear_leftovers(job: _Job) -> None:
+    """Holding the kernel's lock, no one else is building its key: a build folder left here is from a
+    builder that was killed outright (SIGKILL, power loss), whose nvcc may have written into it afterwards;
+    a damaged artifact is moved out of the way (atomically), then deleted."""
+    for leftover in job.kernel_dir.glob(f".{job.key}-build-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    if job.final.exists():
+        trash = job.work_dir("damaged")
+        os.rename(job.final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _new_work_dir(path: Path) -> Path:
+    path.mkdir(mode=DIR_MODE)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def _compile(source: str, work: Path, label: str, log_stem: str, target_sm: int, tc: Toolchain, root: Path,
+             cancel: threading.Event | None) -> None:
+    """nvcc `source` in `work`, leaving kernel.so and kernel.fatbin there (0644). A failure raises
+    BuildError naming `label`, with the log saved as <cache>/logs/<log_stem>.log."""
+    src = work / SOURCE_NAME
+    _write_file(src, source)
+    keep = work / "keep"
+    keep.mkdir()
+    log_path = work / "nvcc.log"
+    command = [str(tc.nvcc), *tc.flags(target_sm), "--keep", f"--keep-dir={keep}", "-o", str(work / SO_NAME),
+               str(src)]
+    returncode = _run_nvcc(command, log_path, cancel)
+    if returncode != 0:
+        if cancel is not None and cancel.is_set():
+            raise BuildCancelled(f"cancelled: {label}")
+        output = log_path.read_text(errors="replace")
+        logs = root / "logs"
+        _ensure_dir(logs, root)
+        saved = logs / f"{log_stem}.log"
+        _write_file(saved, output)
+        tail = "\n".join(output.strip().splitlines()[-15:])
+        raise BuildError(label, command, saved, tail)
+    if not (keep / "kernel.fatbin").is_file():
+        raise BuildError(label, command, log_path, "nvcc --keep left no kernel.fatbin")
+    os.replace(keep / "kernel.fatbin", work / FATBIN_NAME)
+    shutil.rmtree(keep)
+    log_path.unlink()
+    for name in DIGESTED:
+        os.chmod(work / name, FILE_MODE)
+
+
+def _publish(job: _Job, work: Path, target_sm: int, tc: Toolchain, bundle: list[str] | None = None) -> Artifact:
+    """Record meta.json in `work` (which holds the job's kernel.so and kernel.fatbin) and rename it into
+    place: the artifact appears complete or not at all."""
+    files = {name: {"sha256": file_digest(work / name), "bytes": (work / name).stat().st_size} for name in DIGESTED}
+    meta = {
+        "format": META_FORMAT,
+        "name": job.spec.name,
+        "spec": job.spec.to_dict(),
+        "target_sm": target_sm,
+        "key": job.key,
+        "source_digest": job.digest,
+        "flags": tc.flags(target_sm),
+        "nvcc_version": tc.nvcc_version,
+        "cutlass_version": tc.cutlass_version,
+        "files": files,
+        "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if bundle:
+        meta["bundle"] = bundle  # the kernels compiled with it, whose code its kernel.so and fatbin also hold
+    _write_file(work / META_NAME, json.dumps(meta, indent=1, sort_keys=True))
+    os.rename(work, job.final)
+    artifact = _read_artifact(job.final)
     if artifact is None:
-        raise BuildError(spec.name, [str(tc.nvcc)], final, "the artifact failed its digest check right after the build")
+        raise BuildError(job.spec.name, [str(tc.nvcc)], job.final,
+                         "the artifact failed its digest check right after the build")
     return artifact
 
 
-def default_jobs(target_sm: int) -> int:
-    """As many parallel compiles as cores and available memory allow."""
+def _build_locked(job: _Job, target_sm: int, tc: Toolchain, root: Path, cancel: threading.Event | None) -> Artifact:
+    """Compile and publish one kernel; the caller holds its lock and found no intact artifact."""
+    _clear_leftovers(job)
+    work = _new_work_dir(job.work_dir())
+    try:
+        _compile(job.rendered.source, work, job.spec.name, f"{job.spec.name}-{job.key}", target_sm, tc, root, cancel)
+        return _publish(job, work, target_sm, tc)
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+        os.chmod(dst, FILE_MODE)
+
+
+def _build_bundle_locked(jobs: list[_Job], target_sm: int, tc: Toolchain, root: Path,
+                         cancel: threading.Event | None) -> dict[str, Artifact | BaseException]:
+    """Compile several kernels in one nvcc (render_bundle) and publish each as its own artifact; the
+    caller holds all their locks. Each artifact gets the bundle's kernel.so and kernel.fatbin (hard
+    links where the file system allows). If the bundle fails to compile, the kernels are compiled one
+    at a time, so that each failure names its own kernel and the others still land."""
+    for job in jobs:
+        _clear_leftovers(job)
+    names = [job.spec.name for job in jobs]
+    lead = jobs[0]
+    work = _new_work_dir(lead.work_dir("build-bundle"))
+    results: dict[str, Artifact | BaseException] = {}
+    try:
+        try:
+            _compile(render_bundle([job.rendered for job in jobs]), work, f"the bundle of {', '.join(names)}",
+                     f"bundle-{lead.spec.name}-{lead.key}", target_sm, tc, root, cancel)
+        except BuildError as e:
+            logger.warning("qgemm: a bundle of %d kernels failed to compile (%s); compiling them one at a time",
+                           len(jobs), e.log_path)
+            for job in jobs:
+                try:
+                    results[job.spec.name] = _build_locked(job, target_sm, tc, root, cancel)
+                except BuildError as err:
+                    results[job.spec.name] = err
+            return results
+        for job in jobs:
+            member = _new_work_dir(job.work_dir())
+            try:
+                _write_file(member / SOURCE_NAME, job.rendered.source)
+                for name in DIGESTED:
+                    _link_or_copy(work / name, member / name)
+                results[job.spec.name] = _publish(job, member, target_sm, tc, bundle=names)
+            finally:
+                if member.exists():
+                    shutil.rmtree(member, ignore_errors=True)
+        return results
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def build(spec: KernelSpec, target_sm: int, root: Path | None = None,
+          cancel: threading.Event | None = None) -> Artifact:
+    """Build one kernel (or return the cached build). `cancel`, when set, stops the build."""
+    root = Path(root or cache_root())
+    tc = toolchain()
+    job = _job(spec, target_sm, root, tc)
+    cached = _cached(job, root)
+    if cached is not None:
+        return cached
+    _ensure_dir(job.kernel_dir, root)
+    with _exclusive(job.lock, f"{spec.name} for sm{target_sm}", cancel):
+        # Whoever held the lock before us may have built it.
+        cached = _read_artifact(job.final)
+        if cached is not None:
+            return cached
+        return _build_locked(job, target_sm, tc, root, cancel)
+
+
+def _build_group(specs: list[KernelSpec], target_sm: int, root: Path,
+                 cancel: threading.Event | None = None) -> dict[str, Artifact | BaseException]:
+    """Build kernels that may share a translation unit (KernelSpec.bundles): the cached ones are taken
+    as they are, the rest compile as one bundle (alone, one kernel compiles as `build` does). Returns each
+    kernel's artifact, or the BuildError that its compile raised."""
+    tc = toolchain()
+    jobs = [_job(spec, target_sm, root, tc) for spec in specs]
+    results: dict[str, Artifact | BaseException] = {}
+    pending = []
+    for job in jobs:
+        cached = _cached(job, root)
+        if cached is not None:
+            results[job.spec.name] = cached
+        else:
+            pending.append(job)
+    if not pending:
+        return results
+    with contextlib.ExitStack() as stack:
+        # Every builder takes the locks in one order (by path), so two bundles sharing kernels cannot deadlock.
+        for job in sorted(pending, key=lambda j: str(j.lock)):
+            _ensure_dir(job.kernel_dir, root)
+            stack.enter_context(_exclusive(job.lock, f"{job.spec.name} for sm{target_sm}", cancel))
+        todo = []
+        for job in pending:
+            cached = _read_artifact(job.final)  # built by whoever held a lock before us
+            if cached is not None:
+                results[job.spec.name] = cached
+            else:
+                todo.append(job)
+        if len(todo) == 1:
+            try:
+                results[todo[0].spec.name] = _build_locked(todo[0], target_sm, tc, root, cancel)
+            except BuildError as e:
+                results[todo[0].spec.name] = e
+        elif todo:
+            results.update(_build_bundle_locked(todo, target_sm, tc, root, cancel))
+    return results
+
+
+def build_bundle(specs: Iterable[KernelSpec], target_sm: int, root: Path | None = None,
+                 cancel: threading.Event | None = None) -> list[Artifact]:
+    """Build several kernels of bundle-safe families with one nvcc (or return their cached builds);
+    raises the first BuildError after publishing the kernels that did compile."""
+    specs = list(specs)
+    for spec in specs:
+        if not spec.bundles:
+            raise ValueError(f"specs: {spec.name} cannot share a translation unit "
+                             f"({type(spec).__name__}.bundles is False); build it alone")
+    results = _build_group(specs, target_sm, Path(root or cache_root()), cancel)
+    for spec in specs:
+        if isinstance(results[spec.name], BaseException):
+            raise results[spec.name]
+    return [results[spec.name] for spec in specs]
+
+
+def default_jobs(target_sm: int, kernels_per_job: int = 1) -> int:
+    """As many parallel compiles as cores and available memory allow (a bundle of n kernels takes
+    BUNDLE_BYTES_PER_KERNEL more per extra kernel)."""
     cores = os.cpu_count() or 1
     try:
         with open("/proc/meminfo") as f:
@@ -496,7 +664,28 @@ def default_jobs(target_sm: int) -> int:
         available = int(info["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         available = 8 << 30
-    return max(1, min(cores, available // BYTES_PER_JOB.get(target_sm, 4 << 30)))
+    per_job = BYTES_PER_JOB.get(target_sm, 4 << 30) + (kernels_per_job - 1) * BUNDLE_BYTES_PER_KERNEL
+    return max(1, min(cores, available // per_job))
+
+
+def plan_bundles(specs: list[KernelSpec], jobs: int) -> list[list[KernelSpec]]:
+    """How build_many compiles `specs` with `jobs` parallel compiles: kernels of a bundle-safe family
+    (KernelSpec.bundles) in groups of one template, each kernel of another family alone. Groups hold at
+    most MAX_BUNDLE kernels and no more than it takes to give every job work (with as many jobs as
+    kernels, nothing is bundled); a family's kernels are split into groups of even size. The long
+    compiles first (the CUTLASS 3.x kernels of sm90, then larger groups), so that none starts last."""
+    bundled = [s for s in specs if s.bundles]
+    size = max(1, min(MAX_BUNDLE, -(-len(bundled) // max(1, jobs))))
+    by_template: dict[str, list[KernelSpec]] = {}
+    for spec in bundled:
+        by_template.setdefault(spec.template, []).append(spec)
+    groups = []
+    for family_specs in by_template.values():
+        count = -(-len(family_specs) // size)
+        bounds = [len(family_specs) * i // count for i in range(count + 1)]  # catalog order: neighbours share most
+        groups += [family_specs[a:b] for a, b in zip(bounds, bounds[1:])]
+    groups += [[s] for s in specs if not s.bundles]
+    return sorted(groups, key=lambda g: (g[0].arch, len(g)), reverse=True)
 
 
 def build_many(
@@ -506,36 +695,63 @@ def build_many(
     root: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Artifact]:
-    """Build several kernels in parallel; raises the first BuildError after all finish.
+    """Build several kernels in parallel, bundling those of the CUTLASS 3.x families (plan_bundles);
+    raises the first BuildError after all finish.
 
     Ctrl-C (KeyboardInterrupt in the calling thread) cancels the queued builds, terminates
     the running nvcc process groups, removes their half-done folders and re-raises, within
     about a second."""
     specs = list(specs)
+    root = Path(root or cache_root())
+    jobs_given = jobs
     jobs = jobs or default_jobs(target_sm)
     progress = progress or (lambda line: logger.info("%s", line))
     results: dict[str, Artifact] = {}
     errors: list[BaseException] = []
     start = time.monotonic()
     cancel = threading.Event()
+    done = 0
 
-    def one(spec: KernelSpec):
+    # Bundle only what the cache lacks: a kernel built before (by a test, a plan) is not compiled again.
+    missing = [s for s in specs if not s.bundles or find_artifact(s, target_sm, root) is None]
+    missing_names = {s.name for s in missing}
+    groups = [[s] for s in specs if s.name not in missing_names] + plan_bundles(missing, jobs)
+    if not jobs_given:  # bundles take more memory than one kernel
+        jobs = min(jobs, default_jobs(target_sm, max(len(g) for g in groups) if groups else 1))
+
+    def one(group: list[KernelSpec]):
         t0 = time.monotonic()
-        art = build(spec, target_sm, root, cancel=cancel)
-        return spec, art, time.monotonic() - t0
+        if len(group) == 1:
+            try:
+                out = {group[0].name: build(group[0], target_sm, root, cancel=cancel)}
+            except BuildError as e:
+                out = {group[0].name: e}
+        else:
+            out = _build_group(group, target_sm, root, cancel)
+        return group, out, time.monotonic() - t0
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
     futures = []
     try:
-        futures = [pool.submit(one, s) for s in specs]
-        for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+        futures = [pool.submit(one, g) for g in groups]
+        for fut in concurrent.futures.as_completed(futures):
             try:
-                spec, art, secs = fut.result()
-                results[spec.name] = art
-                progress(f"[{done}/{len(specs)}] sm{target_sm} {spec.name} ({secs:.1f} s)")
+                group, out, secs = fut.result()
             except Exception as e:  # report and keep building the rest
                 errors.append(e)
+                done += 1
                 progress(f"[{done}/{len(specs)}] FAILED: {str(e).splitlines()[0]}")
+                continue
+            together = f", {len(group)} in one compile" if len(group) > 1 else ""
+            for spec in group:
+                done += 1
+                result = out[spec.name]
+                if isinstance(result, BaseException):
+                    errors.append(result)
+                    progress(f"[{done}/{len(specs)}] FAILED: {str(result).splitlines()[0]}")
+                else:
+                    results[spec.name] = result
+                    progress(f"[{done}/{len(specs)}] sm{target_sm} {spec.name} ({secs:.1f} s{together})")
     except BaseException:
         cancel.set()
         for fut in futures:

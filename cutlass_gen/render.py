@@ -63,3 +63,27 @@ def render(spec: KernelSpec) -> RenderedKernel:
         **spec.template_context(),
     )
     return RenderedKernel(spec=spec, source=source)
+
+
+# The namespace every bundle-safe template puts its kernel in (see KernelSpec.bundles).
+KERNEL_NAMESPACE = "qgemm_kernel"
+
+
+def render_bundle(kernels: list[RenderedKernel]) -> str:
+    """One translation unit compiling several kernels of one family, so that nvcc parses the
+    headers and instantiates the templates they share once (three Sm90 W8A8 kernels: 118 s
+    together against 77 s for one alone). Each kernel's source goes in unchanged; a macro renames
+    its namespace, so that their Adapters and types do not collide. The exported symbols already
+    carry each kernel's name (abi.h), and the library-wide ones come from abi_exports.h once."""
+    for k in kernels:
+        if not k.spec.bundles:
+            raise ValueError(f"kernels: {k.name} cannot share a translation unit "
+                             f"({type(k.spec).__name__}.bundles is False)")
+        if f"namespace {KERNEL_NAMESPACE} {{" not in k.source:
+            raise ValueError(f"kernels: {k.name}'s source has no `namespace {KERNEL_NAMESPACE}`")
+    parts = [f"// qgemm bundle: {len(kernels)} kernels in one translation unit (cutlass_gen/render.py).\n"]
+    for i, k in enumerate(kernels):
+        parts.append(f"\n// ---- {k.name}\n#define {KERNEL_NAMESPACE} {KERNEL_NAMESPACE}_{i}\n")
+        parts.append(k.source)
+        parts.append(f"\n#undef {KERNEL_NAMESPACE}\n")
+    return "".join(parts)

@@ -47,6 +47,11 @@ class KernelSpec:
     SLOTS: ClassVar["Slots"]
     # Lowest CUTLASS ArchTag the kernel uses; a target SM must be at least this.
     arch: int
+    # Whether kernels of this family may be compiled several to one translation unit (a bundle,
+    # cutlass_gen/render.py): the template keeps everything but the ABI export in `namespace
+    # qgemm_kernel`, as every template does today. Most of a compile is the headers and the
+    # templates that a family's kernels share, so bundles save most of it.
+    bundles: ClassVar[bool] = True
 
     # The element types of specs with an `input` or `output` field, for the templates: the CUTLASS
     # C++ type (cutlass_library's tag) and the CUDA device type the plain kernels compute in.

@@ -25,7 +25,7 @@
 #include "cutlass/numeric_types.h"
 #include "qgemm/abi_exports.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ElementInput = cutlass::bfloat16_t;
 constexpr int kWarpsPerBlock = 8;
@@ -140,6 +140,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_bf16_s8_sym, Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"bf16\",\"symmetric\":true}")
+QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_bf16_s8_sym, qgemm_kernel::Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"bf16\",\"symmetric\":true}")

@@ -26,7 +26,7 @@
 #include "cutlass/numeric_types.h"
 #include "qgemm/abi_exports.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ElementInput = float;
 constexpr int kWarpsPerBlock = 8;
@@ -161,6 +161,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_f32_s8, Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"f32\",\"symmetric\":false}")
+QGEMM_EXPORT_KERNEL(qgemm_act_quant_sm75_f32_s8, qgemm_kernel::Adapter, "{\"arch\":75,\"family\":\"act_quant\",\"input\":\"f32\",\"symmetric\":false}")

@@ -26,7 +26,7 @@
 #include "qgemm/conv/implicit_gemm_requant.h"
 #include "qgemm/conv/requant_visitor.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ThreadblockShape = cutlass::gemm::GemmShape<128, 128, 64>;
 using WarpShape = cutlass::gemm::GemmShape<64, 64, 64>;
@@ -123,6 +123,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm75_s8s8_s8_128x128x64_w64x64x64_s2_a16, Adapter, "{\"alignment\":16,\"arch\":75,\"family\":\"conv2d_int8\",\"iterator\":\"optimized\",\"stages\":2,\"tile\":[128,128,64],\"warp\":[64,64,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm75_s8s8_s8_128x128x64_w64x64x64_s2_a16, qgemm_kernel::Adapter, "{\"alignment\":16,\"arch\":75,\"family\":\"conv2d_int8\",\"iterator\":\"optimized\",\"stages\":2,\"tile\":[128,128,64],\"warp\":[64,64,64]}")

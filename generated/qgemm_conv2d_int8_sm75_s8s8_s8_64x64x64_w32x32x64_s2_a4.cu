@@ -26,7 +26,7 @@
 #include "qgemm/conv/implicit_gemm_requant.h"
 #include "qgemm/conv/requant_visitor.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ThreadblockShape = cutlass::gemm::GemmShape<64, 64, 64>;
 using WarpShape = cutlass::gemm::GemmShape<32, 32, 64>;
@@ -123,6 +123,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm75_s8s8_s8_64x64x64_w32x32x64_s2_a4, Adapter, "{\"alignment\":4,\"arch\":75,\"family\":\"conv2d_int8\",\"iterator\":\"optimized\",\"stages\":2,\"tile\":[64,64,64],\"warp\":[32,32,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_conv2d_int8_sm75_s8s8_s8_64x64x64_w32x32x64_s2_a4, qgemm_kernel::Adapter, "{\"alignment\":4,\"arch\":75,\"family\":\"conv2d_int8\",\"iterator\":\"optimized\",\"stages\":2,\"tile\":[64,64,64],\"warp\":[32,32,64]}")

@@ -31,7 +31,7 @@
 #include "cutlass/numeric_types.h"
 #include "qgemm/abi_exports.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ElementInput = float;
 constexpr int kGroup = 128;
@@ -140,6 +140,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fp8_act_quant_sm90_f32_e4m3, Adapter, "{\"arch\":90,\"family\":\"fp8_act_quant\",\"input\":\"f32\",\"output\":\"e4m3\"}")
+QGEMM_EXPORT_KERNEL(qgemm_fp8_act_quant_sm90_f32_e4m3, qgemm_kernel::Adapter, "{\"arch\":90,\"family\":\"fp8_act_quant\",\"input\":\"f32\",\"output\":\"e4m3\"}")

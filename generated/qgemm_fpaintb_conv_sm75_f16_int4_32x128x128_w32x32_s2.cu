@@ -36,7 +36,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __half;
@@ -131,6 +131,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_conv_sm75_f16_int4_32x128x128_w32x32_s2, Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":4,\"family\":\"fpaintb_conv\",\"stages\":2,\"tile\":[32,128,128],\"warp\":[32,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_conv_sm75_f16_int4_32x128x128_w32x32_s2, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":4,\"family\":\"fpaintb_conv\",\"stages\":2,\"tile\":[32,128,128],\"warp\":[32,32]}")

@@ -38,7 +38,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __nv_bfloat16;
@@ -133,6 +133,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_conv_sm80_bf16_int8_64x128x64_w32x64_s4, Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_conv\",\"stages\":4,\"tile\":[64,128,64],\"warp\":[32,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_conv_sm80_bf16_int8_64x128x64_w32x64_s4, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_conv\",\"stages\":4,\"tile\":[64,128,64],\"warp\":[32,64]}")

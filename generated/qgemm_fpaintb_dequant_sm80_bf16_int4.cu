@@ -28,7 +28,7 @@
 #include "qgemm/fpaintb/convert.h"
 #include "qgemm/fpaintb/layout.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using Act = __nv_bfloat16;
 using Convert = qgemm::fpaintb::Converter<Act, 4>;
@@ -128,6 +128,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_dequant_sm80_bf16_int4, Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_dequant\"}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_dequant_sm80_bf16_int4, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_dequant\"}")

@@ -26,7 +26,7 @@
 #include "qgemm/fpaintb/convert.h"
 #include "qgemm/fpaintb/layout.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using Act = __half;
 using Convert = qgemm::fpaintb::Converter<Act, 8>;
@@ -126,6 +126,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_dequant_sm80_f16_int8, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_dequant\"}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_dequant_sm80_f16_int8, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_dequant\"}")

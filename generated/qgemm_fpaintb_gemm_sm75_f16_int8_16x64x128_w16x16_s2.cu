@@ -34,7 +34,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __half;
@@ -96,6 +96,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm75_f16_int8_16x64x128_w16x16_s2, Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemm\",\"stages\":2,\"tile\":[16,64,128],\"warp\":[16,16]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm75_f16_int8_16x64x128_w16x16_s2, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemm\",\"stages\":2,\"tile\":[16,64,128],\"warp\":[16,16]}")

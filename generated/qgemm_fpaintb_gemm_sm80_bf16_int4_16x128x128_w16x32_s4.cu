@@ -36,7 +36,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __nv_bfloat16;
@@ -98,6 +98,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_bf16_int4_16x128x128_w16x32_s4, Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemm\",\"stages\":4,\"tile\":[16,128,128],\"warp\":[16,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_bf16_int4_16x128x128_w16x32_s4, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemm\",\"stages\":4,\"tile\":[16,128,128],\"warp\":[16,32]}")

@@ -36,7 +36,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __nv_bfloat16;
@@ -98,6 +98,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_bf16_int8_128x128x64_w64x32_s3, Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_gemm\",\"stages\":3,\"tile\":[128,128,64],\"warp\":[64,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_bf16_int8_128x128x64_w64x32_s3, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":8,\"family\":\"fpaintb_gemm\",\"stages\":3,\"tile\":[128,128,64],\"warp\":[64,32]}")

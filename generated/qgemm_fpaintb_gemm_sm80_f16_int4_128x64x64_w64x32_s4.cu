@@ -34,7 +34,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Act = __half;
@@ -96,6 +96,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_f16_int4_128x64x64_w64x32_s4, Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemm\",\"stages\":4,\"tile\":[128,64,64],\"warp\":[64,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm80_f16_int4_128x64x64_w64x32_s4, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemm\",\"stages\":4,\"tile\":[128,64,64],\"warp\":[64,32]}")

@@ -41,7 +41,7 @@
 #include "qgemm/fpaintb/mma.h"
 
 
-namespace {
+namespace qgemm_kernel {
 
 using Act = __half;
 using Convert = qgemm::fpaintb::Converter<Act, 8>;
@@ -351,7 +351,7 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm75_f16_int8_m16_n16_wk8_o16_r8, Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":1,\"rows8\":true,\"stream\":false,\"warps_k\":8}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm75_f16_int8_m16_n16_wk8_o16_r8, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":75,\"bits\":8,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":1,\"rows8\":true,\"stream\":false,\"warps_k\":8}")

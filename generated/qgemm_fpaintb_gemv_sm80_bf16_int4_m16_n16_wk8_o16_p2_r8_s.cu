@@ -70,7 +70,7 @@
 // each writes its FP32 sums to ptr[6] (float, at least launch.grid[0] * 128) and counts itself in
 // at the tile's counter (the workspace: int [tiles], zero between launches); the last to arrive adds
 // the partials in split order, resets the counter and stores the output.
-namespace {
+namespace qgemm_kernel {
 
 using Act = __nv_bfloat16;
 using Convert = qgemm::fpaintb::Converter<Act, 4>;
@@ -592,7 +592,7 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_bf16_int4_m16_n16_wk8_o16_p2_r8_s, Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":2,\"rows8\":true,\"stream\":true,\"warps_k\":8}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_bf16_int4_m16_n16_wk8_o16_p2_r8_s, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":2,\"rows8\":true,\"stream\":true,\"warps_k\":8}")

@@ -31,7 +31,7 @@
 #include "qgemm/w8a8/block_dequant_visitor.h"
 #include "qgemm/w8a8/gemm_block_dequant.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ThreadblockShape = cutlass::gemm::GemmShape<128, 128, 32>;
 using WarpShape = cutlass::gemm::GemmShape<64, 64, 32>;
@@ -127,6 +127,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm75_s8s8_f16_128x128x32_w64x64x32_s2_sw1, Adapter, "{\"arch\":75,\"family\":\"w8a8_gemm\",\"output\":\"f16\",\"stages\":2,\"swizzle\":1,\"tile\":[128,128,32],\"warp\":[64,64,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm75_s8s8_f16_128x128x32_w64x64x32_s2_sw1, qgemm_kernel::Adapter, "{\"arch\":75,\"family\":\"w8a8_gemm\",\"output\":\"f16\",\"stages\":2,\"swizzle\":1,\"tile\":[128,128,32],\"warp\":[64,64,32]}")

@@ -31,7 +31,7 @@
 #include "qgemm/w8a8/block_dequant_visitor.h"
 #include "qgemm/w8a8/gemm_block_dequant.h"
 
-namespace {
+namespace qgemm_kernel {
 
 using ThreadblockShape = cutlass::gemm::GemmShape<64, 64, 64>;
 using WarpShape = cutlass::gemm::GemmShape<32, 32, 64>;
@@ -127,6 +127,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm80_s8s8_f32_64x64x64_w32x32x64_s4_sw1, Adapter, "{\"arch\":80,\"family\":\"w8a8_gemm\",\"output\":\"f32\",\"stages\":4,\"swizzle\":1,\"tile\":[64,64,64],\"warp\":[32,32,64]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm80_s8s8_f32_64x64x64_w32x32x64_s4_sw1, qgemm_kernel::Adapter, "{\"arch\":80,\"family\":\"w8a8_gemm\",\"output\":\"f32\",\"stages\":4,\"swizzle\":1,\"tile\":[64,64,64],\"warp\":[32,32,64]}")

@@ -71,7 +71,7 @@
 #include "qgemm/w8a8/promote_gemm.h"  // IntMma, kBlockBias, block_product, clamp_keep_nan, Store
 
 
-namespace {
+namespace qgemm_kernel {
 
 namespace pd = qgemm::w8a8::promote_detail;
 namespace gq = qgemm::w8a8::gemv;
@@ -524,6 +524,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm80_bf16_s8_bf16_asym_w8n2d4c2_k2048b16, Adapter, "{\"arch\":80,\"cluster\":0,\"depth\":4,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":16,\"max_slice_k\":2048,\"min_ctas\":2,\"n_tiles\":2,\"output\":\"bf16\",\"scheme\":\"asymmetric\",\"warps\":8}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm80_bf16_s8_bf16_asym_w8n2d4c2_k2048b16, qgemm_kernel::Adapter, "{\"arch\":80,\"cluster\":0,\"depth\":4,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":16,\"max_slice_k\":2048,\"min_ctas\":2,\"n_tiles\":2,\"output\":\"bf16\",\"scheme\":\"asymmetric\",\"warps\":8}")

@@ -70,7 +70,7 @@
 #include "qgemm/w8a8/promote_gemm.h"  // IntMma, kBlockBias, block_product, clamp_keep_nan, Store
 
 
-namespace {
+namespace qgemm_kernel {
 
 namespace pd = qgemm::w8a8::promote_detail;
 namespace gq = qgemm::w8a8::gemv;
@@ -523,6 +523,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm80_bf16_s8_bf16_sym_w4n4d3c3_k2048b16, Adapter, "{\"arch\":80,\"cluster\":0,\"depth\":3,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":16,\"max_slice_k\":2048,\"min_ctas\":3,\"n_tiles\":4,\"output\":\"bf16\",\"scheme\":\"symmetric\",\"warps\":4}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm80_bf16_s8_bf16_sym_w4n4d3c3_k2048b16, qgemm_kernel::Adapter, "{\"arch\":80,\"cluster\":0,\"depth\":3,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":16,\"max_slice_k\":2048,\"min_ctas\":3,\"n_tiles\":4,\"output\":\"bf16\",\"scheme\":\"symmetric\",\"warps\":4}")

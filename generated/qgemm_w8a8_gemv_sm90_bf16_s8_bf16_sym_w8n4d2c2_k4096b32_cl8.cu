@@ -73,7 +73,7 @@
 #include <cooperative_groups.h>
 
 
-namespace {
+namespace qgemm_kernel {
 
 namespace pd = qgemm::w8a8::promote_detail;
 namespace gq = qgemm::w8a8::gemv;
@@ -555,6 +555,6 @@ struct Adapter {
   }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm90_bf16_s8_bf16_sym_w8n4d2c2_k4096b32_cl8, Adapter, "{\"arch\":90,\"cluster\":8,\"depth\":2,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":32,\"max_slice_k\":4096,\"min_ctas\":2,\"n_tiles\":4,\"output\":\"bf16\",\"scheme\":\"symmetric\",\"warps\":8}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemv_sm90_bf16_s8_bf16_sym_w8n4d2c2_k4096b32_cl8, qgemm_kernel::Adapter, "{\"arch\":90,\"cluster\":8,\"depth\":2,\"family\":\"w8a8_gemv\",\"input\":\"bf16\",\"max_slice_blocks\":32,\"max_slice_k\":4096,\"min_ctas\":2,\"n_tiles\":4,\"output\":\"bf16\",\"scheme\":\"symmetric\",\"warps\":8}")

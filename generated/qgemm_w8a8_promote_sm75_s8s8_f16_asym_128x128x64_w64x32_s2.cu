@@ -40,7 +40,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/w8a8/promote_gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Out = __half;
@@ -113,6 +113,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_promote_sm75_s8s8_f16_asym_128x128x64_w64x32_s2, Adapter, "{\"arch\":75,\"family\":\"w8a8_gemm_promote\",\"output\":\"f16\",\"scheme\":\"asymmetric\",\"stages\":2,\"tile\":[128,128,64],\"warp\":[64,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_promote_sm75_s8s8_f16_asym_128x128x64_w64x32_s2, qgemm_kernel::Adapter, "{\"arch\":75,\"family\":\"w8a8_gemm_promote\",\"output\":\"f16\",\"scheme\":\"asymmetric\",\"stages\":2,\"tile\":[128,128,64],\"warp\":[64,32]}")

@@ -38,7 +38,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/w8a8/promote_gemm.h"
 
-namespace {
+namespace qgemm_kernel {
 
 struct Config {
   using Out = __half;
@@ -111,6 +111,6 @@ struct Adapter {
   static __device__ void run(Params const& params, char* smem) { Gemm::run(params, smem); }
 };
 
-}  // namespace
+}  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_promote_sm80_s8s8_f16_sym_16x128x64_w16x32_s4, Adapter, "{\"arch\":80,\"family\":\"w8a8_gemm_promote\",\"output\":\"f16\",\"scheme\":\"symmetric\",\"stages\":4,\"tile\":[16,128,64],\"warp\":[16,32]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_promote_sm80_s8s8_f16_sym_16x128x64_w16x32_s4, qgemm_kernel::Adapter, "{\"arch\":80,\"family\":\"w8a8_gemm_promote\",\"output\":\"f16\",\"scheme\":\"symmetric\",\"stages\":4,\"tile\":[16,128,64],\"warp\":[16,32]}")

@@ -21,11 +21,15 @@ from cutlass_gen.build import (
     BuildError,
     UnsafeCacheError,
     build,
+    build_bundle,
     build_many,
     cache_entries,
     find_artifact,
+    plan_bundles,
     write_manifest,
 )
+from cutlass_gen.catalog import catalog
+from cutlass_gen.render import render, render_bundle
 from cutlass_gen.paths import REPO_ROOT, TemplatesNotFoundError
 from cutlass_gen.families.w8a8 import ActQuantSpec
 
@@ -309,6 +313,103 @@ def test_build_many_cancels_on_interrupt(tmp_cache, fake_nvcc, monkeypatch, sigi
     assert_nothing_half_built(tmp_cache)
 
 
+# --- bundles: several kernels of a CUTLASS 3.x family in one compile -------------------------------------
+
+W8A8_SM90 = [s for s in catalog(90, "w8a8_gemm_sm90") if s.scheme == "symmetric" and s.output == "f16"]
+
+
+class Alone(ActQuantSpec):
+    """A family whose template could not share a translation unit."""
+    bundles = False
+
+
+def test_plan_bundles_groups_one_template_up_to_four_and_only_as_needed():
+    specs = catalog(90) + [Alone("f16")]
+    for jobs, biggest in [(1, 4), (2, 4), (16, 4), (60, 3), (len(specs), 1)]:
+        groups = plan_bundles(specs, jobs)
+        assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in specs)  # each once
+        assert max(len(g) for g in groups) == biggest
+        for g in groups:
+            assert len({s.template for s in g}) == 1 and (len(g) == 1 or all(s.bundles for s in g))
+        assert [Alone("f16")] in groups
+    # Two jobs (CI): the 151 kernels of sm90 in 40 compiles, the sm90 kernels' first.
+    groups = plan_bundles(catalog(90), 2)
+    assert len(groups) == 40 and [len(g) for g in groups[:12]] == [4] * 12
+    assert {g[0].template for g in groups[:12]} == {"conv2d_int8_sm90.cu.j2", "fp8_blockwise_gemm.cu.j2",
+                                                    "fpaintb_gemm_sm90.cu.j2", "w8a8_gemm_sm90.cu.j2"}
+    arch = [g[0].arch for g in groups]
+    assert arch == sorted(arch, reverse=True)
+
+
+def test_render_bundle_renames_each_kernels_namespace():
+    source = render_bundle([render(s) for s in W8A8_SM90[:2]])
+    assert source.count("#define qgemm_kernel qgemm_kernel_") == 2 and source.count("#undef qgemm_kernel") == 2
+    for s in W8A8_SM90[:2]:
+        assert f"QGEMM_EXPORT_KERNEL({s.name}, qgemm_kernel::Adapter" in source
+    with pytest.raises(ValueError, match="kernels: qgemm_act_quant.*cannot share"):
+        render_bundle([render(SPEC), render(Alone("f16"))])
+    with pytest.raises(ValueError, match="specs: qgemm_act_quant.*cannot share"):
+        build_bundle([SPEC, Alone("f16")], 75)
+
+
+def test_every_template_bundles():
+    """Every family's template keeps its kernel in the namespace a bundle renames."""
+    for sm in (75, 80, 90):
+        for spec in catalog(sm):
+            assert spec.bundles and "namespace qgemm_kernel {" in render(spec).source, spec.name
+
+
+def test_a_bundle_compiles_once_and_publishes_each_kernel(tmp_cache, fake_nvcc):
+    specs = W8A8_SM90[:3]
+    arts = build_bundle(specs, 90)
+    assert len(fake_compiles(fake_nvcc)) == 1
+    for spec, art in zip(specs, arts):
+        assert art.name == spec.name and art.meta["bundle"] == [s.name for s in specs]
+        assert art.directory.parent == tmp_cache / "sm90" / spec.name
+        assert (art.directory / "kernel.cu").read_text() == render(spec).source  # its own source, to read
+        assert find_artifact(spec, 90).directory == art.directory
+    # One library and one fatbin, holding all three.
+    assert len({a.meta["files"]["kernel.so"]["sha256"] for a in arts}) == 1
+    assert_nothing_half_built_but(tmp_cache, {a.directory for a in arts})
+    # Built: nothing compiles again, alone or in another bundle.
+    assert [a.directory for a in build_bundle(specs[::-1], 90)] == [a.directory for a in arts[::-1]]
+    assert build(specs[1], 90).directory == arts[1].directory
+    assert len(fake_compiles(fake_nvcc)) == 1
+
+
+def test_a_bundle_that_fails_compiles_its_kernels_one_at_a_time(tmp_cache, fake_nvcc, monkeypatch):
+    """One kernel's compile error does not cost the others their artifacts, and the error names it."""
+    specs = W8A8_SM90[:3]
+    monkeypatch.setenv("FAKE_NVCC_FAIL", f"QGEMM_EXPORT_KERNEL({specs[1].name},")
+    with pytest.raises(BuildError, match=f"nvcc failed for {specs[1].name}\n"):
+        build_bundle(specs, 90)
+    assert len(fake_compiles(fake_nvcc)) == 1 + 3  # the bundle, then each alone
+    assert find_artifact(specs[0], 90) is not None and find_artifact(specs[2], 90) is not None
+    assert find_artifact(specs[1], 90) is None
+    assert find_artifact(specs[0], 90).meta.get("bundle") is None
+
+
+def test_build_many_bundles_what_the_cache_lacks(tmp_cache, fake_nvcc):
+    specs = W8A8_SM90[:5] + [SPEC, OTHER]
+    build(specs[0], 90)
+    lines = []
+    arts = build_many(specs, 90, jobs=2, progress=lines.append)
+    assert [a.name for a in arts] == [s.name for s in specs]
+    # Six missing kernels over two jobs, at most three to a bundle: the four W8A8 kernels in two
+    # bundles of two, the two act_quant kernels in a third (a bundle holds one template's kernels).
+    compiled = fake_compiles(fake_nvcc)
+    assert len(compiled) == 1 + 2 + 1, compiled
+    assert sorted(len(a.meta.get("bundle", [a.name])) for a in arts[1:5]) == [2, 2, 2, 2]
+    assert len([line for line in lines if line.startswith("[")]) == len(specs)
+    assert lines[-1].startswith(f"built {len(specs)}/{len(specs)} kernels for sm90")
+
+
+def assert_nothing_half_built_but(root: Path, artifacts: set):
+    for kernel_dir in root.glob("sm*/*"):
+        leftovers = [p for p in kernel_dir.iterdir() if not p.name.endswith(".lock") and p not in artifacts]
+        assert leftovers == [], (kernel_dir, leftovers)
+
+
 # --- manifests ------------------------------------------------------------------------------------------
 
 def test_manifests_are_merged_not_overwritten(tmp_cache, fake_nvcc):
@@ -441,13 +542,14 @@ def test_prebuild_specs_families_plans_and_modules(tmp_cache, fake_nvcc):
 
     lines = []
     arts = qgemm.prebuild([SPEC, SpecPlan(), torch.nn.Sequential(Layer())], 75, m_values=(1, 128),
-                          progress=lines.append)
+                          progress=lines.append, jobs=2)
     assert sorted(a.name for a in arts) == sorted(s.name for s in [
         SPEC, ActQuantSpec("f16"), ActQuantSpec("bf16"), ActQuantSpec("f32", symmetric=True)])
-    assert len(fake_compiles(fake_nvcc)) == 4 and lines[-1].startswith("built 4/4 kernels for sm75")
+    # Four kernels of one family over two jobs: two bundles of two.
+    assert len(fake_compiles(fake_nvcc)) == 2 and lines[-1].startswith("built 4/4 kernels for sm75")
 
-    arts = qgemm.prebuild("act_quant", 75, progress=lines.append)  # a family: its catalog
-    assert len(arts) == 6 and len(fake_compiles(fake_nvcc)) == 6  # 4 were built already
+    arts = qgemm.prebuild("act_quant", 75, progress=lines.append, jobs=2)  # a family: its catalog
+    assert len(arts) == 6 and len(fake_compiles(fake_nvcc)) == 4  # 4 were built already; 2 alone
 
 
 def test_prebuild_rejects_bad_arguments(tmp_cache, monkeypatch):

@@ -7,6 +7,7 @@ tests/test_conv_int8_gpu.py."""
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from conftest import requires_nvcc
 
 import qgemm
-from cutlass_gen.build import build
+from cutlass_gen.build import build_bundle
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
 from cutlass_gen.families.conv import ConvInt8Sm90Spec, ConvInt8Spec
@@ -264,10 +265,27 @@ def test_plan_checks_x_and_out_alignment_for_an_sm90_choice(fake_gpu):
 
 # --- the compiled kernel's host library -------------------------------------------------------------
 
+TWO_PER_SM = next(s for s in catalog(90, "conv2d_int8_sm90") if s.ctas_per_sm == 2 and s.tile[0] == 128)
+
+
 @pytest.fixture(scope="module")
-def sm90_host(kernel_cache):
-    """The 64 x 128 Sm90 kernel, built once for this module (~30 s)."""
-    return HostLibrary(str(build(TILE_64, 90, kernel_cache).so_path))
+def sm90_kernels(kernel_cache):
+    """The three Sm90 kernels this module compiles, built once as one bundle (one nvcc, ~2 min): each
+    test below also checks that a bundle's host library serves its own kernel."""
+    return {a.name: a for a in build_bundle([TILE_64, PINGPONG, TWO_PER_SM], 90, kernel_cache)}
+
+
+def host_library(kernels, spec) -> HostLibrary:
+    art = kernels[spec.name]
+    host = HostLibrary(str(art.so_path))
+    assert host.entry_name == spec.name and spec_from_dict(json.loads(host.spec_json)) == spec
+    return host
+
+
+@pytest.fixture(scope="module")
+def sm90_host(sm90_kernels):
+    """The 64 x 128 Sm90 kernel's host library."""
+    return host_library(sm90_kernels, TILE_64)
 
 
 @requires_nvcc
@@ -333,10 +351,10 @@ def test_host_library_make_params_rejects_before_touching_the_driver(sm90_host):
 
 @requires_nvcc
 @pytest.mark.nvcc
-def test_pingpong_host_library_plans_pointwise_problems_only(kernel_cache):
+def test_pingpong_host_library_plans_pointwise_problems_only(sm90_kernels):
     """The ping-pong GEMM plans from the same slots: a persistent grid (at most one threadblock per
     SM, three warp groups each), and BAD_PROBLEM for a filter, a stride, padding or no SM count."""
-    host = HostLibrary(str(build(PINGPONG, 90, kernel_cache).so_path))
+    host = host_library(sm90_kernels, PINGPONG)
     problem = conv_problem(64, 56, 56, 64, 256, (1, 1))
     problem.sm_count = 132
     status, launch = host.plan(problem)
@@ -352,11 +370,11 @@ def test_pingpong_host_library_plans_pointwise_problems_only(kernel_cache):
 
 @requires_nvcc
 @pytest.mark.nvcc
-def test_two_per_sm_kernels_fit_twice(kernel_cache):
+def test_two_per_sm_kernels_fit_twice(sm90_kernels):
     """A catalog kernel asking for two threadblocks per SM gets them: its shared memory fits twice in
     the 227 KB an H100 SM gives one kernel's blocks (the registers are capped by __launch_bounds__)."""
-    (spec,) = [s for s in catalog(90, "conv2d_int8_sm90") if s.ctas_per_sm == 2 and s.tile[0] == 128]
-    host = HostLibrary(str(build(spec, 90, kernel_cache).so_path))
+    assert [s for s in catalog(90, "conv2d_int8_sm90") if s.ctas_per_sm == 2 and s.tile[0] == 128] == [TWO_PER_SM]
+    host = host_library(sm90_kernels, TWO_PER_SM)
     status, launch = host.plan(conv_problem(64, 56, 56, 64, 64, (3, 3), padding=(1, 1)))
     assert status == 0, host.status_string(status)
     assert 2 * launch.smem_bytes <= 227 * 1024

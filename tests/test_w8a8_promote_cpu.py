@@ -148,7 +148,7 @@ def test_render_names_the_slots():
         assert f"static constexpr int kArch = {spec.arch};" in source
         assert f"static_assert(Gemm::kSmemBytes == {spec.smem_bytes}," in source
         assert ("ptr[11]        v float" in source) == (spec.scheme == "asymmetric")
-        assert f"QGEMM_EXPORT_KERNEL({spec.name}, Adapter, " in source
+        assert f"QGEMM_EXPORT_KERNEL({spec.name}, qgemm_kernel::Adapter, " in source
         assert "{{" not in source and "{%" not in source
 
 

@@ -91,7 +91,7 @@ __device__ void quantize_block(Params const& p, int row, int block, int lane) {
 }
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = 32 * kWarpsPerBlock;
 
   static bool valid(QgemmProblem const& p) {

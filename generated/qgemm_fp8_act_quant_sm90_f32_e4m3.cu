@@ -66,7 +66,7 @@ __device__ inline void load8(ElementInput const* src, float (&v)[kPerThread]) {
 }
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = kThreads;
 
   static bool valid(QgemmProblem const& p) {

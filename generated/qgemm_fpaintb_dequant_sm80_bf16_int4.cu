@@ -61,7 +61,7 @@ __device__ __forceinline__ constexpr int pair_row(int word, int pair) {
 }
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = kThreads;
 
   static bool valid(QgemmProblem const& p) {

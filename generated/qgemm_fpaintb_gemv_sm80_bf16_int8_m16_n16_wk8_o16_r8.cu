@@ -107,7 +107,7 @@ struct Fragments {
 };
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = kThreads;
   // spec.min_warps_per_sm > 0 caps registers so that many warps fit on an SM: occupancy is what
   // keeps enough code loads in flight in this bandwidth-bound kernel.

@@ -160,7 +160,7 @@ struct Lane {
 };
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = kThreads;
   // spec.min_warps_per_sm > 0 caps registers so that many warps fit on an SM.
   static int const kMinBlocksPerSm = 16 / kWarpsK > 0 ? 16 / kWarpsK : 1;

@@ -136,7 +136,7 @@ struct Smem {
 };
 
 struct Adapter {
-  using Params = ::Params;
+  using Params = qgemm_kernel::Params;  // the struct above, whatever a bundle renames the namespace to
   static int const kThreadCount = kThreads;
   // Registers capped so that spec.min_ctas CTAs fit on an SM: resident warps keep the weight loads
   // in flight (Little's law: ~32 KB per SM at the copy bandwidth).

@@ -91,7 +91,7 @@ def test_render():
     for fragment in ("GemmShape<128, 128, 64>;", "GemmShape<64, 64, 64>;", "GemmShape<16, 8, 32>;",
                      "cutlass::arch::Sm80,", "Swizzle, 3, cutlass::arch::OpMultiplyAddSaturate",
                      "IteratorAlgorithm::kOptimized", "constexpr int kAlignment = 16;",
-                     "constexpr int kAlignmentOutput = 4;", f"QGEMM_EXPORT_KERNEL({SM80_A16.name}, Adapter"):
+                     "constexpr int kAlignmentOutput = 4;", f"QGEMM_EXPORT_KERNEL({SM80_A16.name}, qgemm_kernel::Adapter"):
         assert fragment in source, fragment
     few = render(FEW).source
     assert "IteratorAlgorithm::kFewChannels" in few and "GemmShape<8, 8, 16>;" in few

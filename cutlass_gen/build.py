@@ -584,26 +584,17 @@ def _build_bundle_locked(jobs: list[_Job], target_sm: int, tc: Toolchain, root: 
 def build(spec: KernelSpec, target_sm: int, root: Path | None = None,
           cancel: threading.Event | None = None) -> Artifact:
     """Build one kernel (or return the cached build). `cancel`, when set, stops the build."""
-    root = Path(root or cache_root())
-    tc = toolchain()
-    job = _job(spec, target_sm, root, tc)
-    cached = _cached(job, root)
-    if cached is not None:
-        return cached
-    _ensure_dir(job.kernel_dir, root)
-    with _exclusive(job.lock, f"{spec.name} for sm{target_sm}", cancel):
-        # Whoever held the lock before us may have built it.
-        cached = _read_artifact(job.final)
-        if cached is not None:
-            return cached
-        return _build_locked(job, target_sm, tc, root, cancel)
+    result = _build_group([spec], target_sm, Path(root or cache_root()), cancel)[spec.name]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def _build_group(specs: list[KernelSpec], target_sm: int, root: Path,
                  cancel: threading.Event | None = None) -> dict[str, Artifact | BaseException]:
-    """Build kernels that may share a translation unit (KernelSpec.bundles): the cached ones are taken
-    as they are, the rest compile as one bundle (alone, one kernel compiles as `build` does). Returns each
-    kernel's artifact, or the BuildError that its compile raised."""
+    """Build kernels that may share a translation unit (KernelSpec.bundles), or one kernel: the cached
+    ones are taken as they are, the rest compile as one bundle (a single kernel compiles alone). Returns
+    each kernel's artifact, or the BuildError that its compile raised."""
     tc = toolchain()
     jobs = [_job(spec, target_sm, root, tc) for spec in specs]
     results: dict[str, Artifact | BaseException] = {}
@@ -713,7 +704,8 @@ def build_many(
     done = 0
 
     # Bundle only what the cache lacks: a kernel built before (by a test, a plan) is not compiled again.
-    missing = [s for s in specs if not s.bundles or find_artifact(s, target_sm, root) is None]
+    tc = toolchain()
+    missing = [s for s in specs if not s.bundles or _cached(_job(s, target_sm, root, tc), root) is None]
     missing_names = {s.name for s in missing}
     groups = [[s] for s in specs if s.name not in missing_names] + plan_bundles(missing, jobs)
     if not jobs_given:  # bundles take more memory than one kernel
@@ -721,14 +713,7 @@ def build_many(
 
     def one(group: list[KernelSpec]):
         t0 = time.monotonic()
-        if len(group) == 1:
-            try:
-                out = {group[0].name: build(group[0], target_sm, root, cancel=cancel)}
-            except BuildError as e:
-                out = {group[0].name: e}
-        else:
-            out = _build_group(group, target_sm, root, cancel)
-        return group, out, time.monotonic() - t0
+        return group, _build_group(group, target_sm, root, cancel), time.monotonic() - t0
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
     futures = []

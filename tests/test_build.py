@@ -196,6 +196,21 @@ def act_quant_problem(m: int, k: int, block_size: int) -> QgemmProblem:
 
 @requires_nvcc
 @pytest.mark.nvcc
+def test_host_library_names_the_kernel_it_lacks(built_cache, tmp_path):
+    """A library asked for a kernel it does not hold, or copied away from its meta.json with no kernel
+    named, is refused with the argument and what would do."""
+    _, art = built_cache
+    with pytest.raises(RuntimeError, match=f"has no kernel 'qgemm_other' \\(no qgemm_other_plan\\); rebuild it"):
+        HostLibrary(str(art.so_path), "qgemm_other")
+    alone = tmp_path / "kernel.so"
+    alone.write_bytes(art.so_path.read_bytes())
+    with pytest.raises(ValueError, match="entry: no kernel name given and none readable from .*meta.json"):
+        HostLibrary(str(alone))
+    assert HostLibrary(str(alone), ACT_F32.name).entry_name == ACT_F32.name
+
+
+@requires_nvcc
+@pytest.mark.nvcc
 def test_act_quant_host_library_plans_on_cpu(built_cache):
     """The host library loads without a GPU, reports its entry and spec, and plans one warp per
     (row, K-block) with 8 warps per 256-thread block."""

@@ -3,6 +3,7 @@ one compile for many concurrent builders, permissions, damaged artifacts, interr
 unsafe caches, merged manifests, lookups without templates, and `qgemm cache`."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -350,6 +351,9 @@ def test_render_bundle_renames_each_kernels_namespace():
         render_bundle([render(SPEC), render(Alone("f16"))])
     with pytest.raises(ValueError, match="specs: qgemm_act_quant.*cannot share"):
         build_bundle([SPEC, Alone("f16")], 75)
+    plain = dataclasses.replace(render(SPEC), source=render(SPEC).source.replace("namespace qgemm_kernel {", "namespace {"))
+    with pytest.raises(ValueError, match="kernels: qgemm_act_quant.*'s source has no `namespace qgemm_kernel`"):
+        render_bundle([render(SPEC), plain])
 
 
 def test_every_template_bundles():

@@ -200,7 +200,7 @@ def test_host_library_names_the_kernel_it_lacks(built_cache, tmp_path):
     """A library asked for a kernel it does not hold, or copied away from its meta.json with no kernel
     named, is refused with the argument and what would do."""
     _, art = built_cache
-    with pytest.raises(RuntimeError, match=f"has no kernel 'qgemm_other' \\(no qgemm_other_plan\\); rebuild it"):
+    with pytest.raises(RuntimeError, match="has no kernel 'qgemm_other' \\(no qgemm_other_plan\\); rebuild it"):
         HostLibrary(str(art.so_path), "qgemm_other")
     alone = tmp_path / "kernel.so"
     alone.write_bytes(art.so_path.read_bytes())

@@ -12,32 +12,41 @@ small (hidden 1024, FFN 2816, 8 layers), tiny (CPU smoke tests).
 Variants: fp16 (the baseline), w4a16 (Int4WeightOnlyConfig g128 symmetric), w8a16
 (Int8WeightOnlyConfig, per channel), w8a8 (W8A8BlockConfig block-128 symmetric), fp8
 (Fp8BlockwiseConfig), and torch_int4: torch's own int4 path (tinygemm, torch._weight_int4pack_mm,
-g128) through TorchInt4Linear below. The decoder layers' linears are quantized; lm_head stays FP16
-(--quantize-lm-head quantizes it too), as is usual for these schemes. torch_int4 runs in bfloat16,
-the only activation dtype its CUDA kernel takes (dense bf16 and fp16 run at the same speed).
+g128) through TorchInt4Linear below. Every nn.Linear is quantized, lm_head included: quantize_'s
+default filter, as torchao's quantize_ and gpt-fast do (--lm-head fp16 keeps lm_head FP16, as GPTQ
+and AWQ checkpoints do; a Llama-3-8B step then reads 1.05 GB of FP16 lm_head in every variant).
+torch_int4 runs in bfloat16, the only activation dtype its CUDA kernel takes (dense bf16 and fp16 run
+at the same speed).
 
 Measures, per variant:
   decode   tokens/s at each --batch (default 1 and 16): a static KV cache (transformers' StaticCache,
-           --cache-len slots), a --prompt-token prefill, then --steps greedy decode steps, each step
-           one replay of a CUDA graph captured from the eager step (the argmax feeds the next input
-           inside the graph, and the cache position advances inside the graph). Tokens/s =
-           batch * steps / time of the replays (CUDA events).
+           --cache-len slots), a --prompt-token prefill, then --steps greedy decode steps (the argmax
+           feeds the next input, the cache position advances on the GPU). Tokens/s = batch * steps /
+           time of the steps (CUDA events).
   prefill  the time of a --prefill-token forward at batch 1 (no cache, logits of the last token).
   fidelity cosine of the last layer's logits against the FP16 model's on --fidelity-tokens fixed
            tokens (per position; mean and min); targets >= 0.99 (8-bit), >= 0.98 (4-bit).
 
-Why CUDA graphs of the eager step (not torch.compile mode="reduce-overhead"): both replay the same
-kernels without per-launch host cost, and qgemm's modules capture (their plans launch on torch's
-current stream; tests/test_nn_gpu.py captures them), but compiling 6 variants x 2 batch sizes of
-a 32-layer model with Inductor costs minutes each, which the device budget cannot pay, and eager
-kernels keep the FP16 and quantized models identical outside the linears (--compile runs
-torch.compile(mode="reduce-overhead") instead, for comparison). If a capture fails the step is
-timed eagerly and the row says so ("graph": false).
+--mode, the same for every variant:
+  compile  (default on a GPU) torch.compile(fullgraph=True): the decode step with
+           mode="reduce-overhead" (Inductor's fused kernels replayed as CUDA graphs; the cache's
+           tensors and the token buffer are static addresses, and a graph the cudagraph trees skip
+           is reported), the prefill in the default mode. qgemm's modules are one opaque custom op
+           each (qgemm/nn/_ops.py). This is how a serving stack runs a model: eager transformers
+           spends ~60 kernels per layer on norms, RoPE and casts, which at batch 1 take about as
+           long as an FP16 layer's GEMMs and hide most of a quantized layer's gain. A 32-layer
+           variant compiles in about a minute on the device. The compiled step's greedy tokens
+           are compared with the eager step's from the same cache state (first token and 8 steps;
+           Inductor's fusions round differently, and on a random model a flip changes the rest).
+  graph    CUDA graphs of the eager step and prefill: the same kernels as eager, no host cost.
+  eager    (default on the CPU) nothing replayed or compiled.
 
-With --layers below the config's full depth, the decode rows also give the full-depth equivalent:
-the step time of the non-layer part (embedding, final norm, lm_head, argmax; timed on its own as a
-graph) plus full_depth / layers times the rest. The prefill time is scaled the same way (its
-head is one token's lm_head, negligible).
+With --layers below the config's full depth, the rows also give the full-depth equivalent: the time
+of the non-layer part (embedding, final norm, lm_head, argmax; timed on its own, compiled or
+captured as the step is) plus full_depth / layers times the rest; the prefill the same way, with
+the batch-1 head. Few layers make it noisy (the rest is scaled up): 32 layers for the tables.
+
+--profile prints the largest kernels of one eager prefill and decode step per variant.
 """
 from __future__ import annotations
 
@@ -215,7 +224,7 @@ def prebuild_only(args, batches, variants, m_values, dtype):
         if isinstance(VARIANTS[variant], str) or VARIANTS[variant] is None:
             continue
         shapes = layer_shapes(args.config)
-        if args.quantize_lm_head:
+        if args.lm_head == "quantized":
             shapes.append((CONFIGS[args.config]["hidden_size"], CONFIGS[args.config]["vocab_size"]))
         jobs += [(VARIANTS[variant], k, n, False, m_values) for k, n in shapes]
     if args.minilm_m:
@@ -288,8 +297,9 @@ def cosine_rows(a, b):
 
 
 @torch.no_grad()
-def decode_tokens_per_s(model, batch: int, args, device, use_graph: bool, compile_mode: bool):
-    """(tokens/s, graph used, error) of greedy decode at `batch` with a static KV cache."""
+def decode_tokens_per_s(model, batch: int, args, device):
+    """(tokens/s, graph used, error, info) of greedy decode at `batch` with a static KV cache; info
+    holds, under --compile, the share of greedy tokens the compiled step gets as the eager one does."""
     from transformers import StaticCache
 
     cache = StaticCache(config=model.config, max_cache_len=args.cache_len)
@@ -310,14 +320,40 @@ def decode_tokens_per_s(model, batch: int, args, device, use_graph: bool, compil
     if args.prompt + 2 * warm + args.steps > args.cache_len:
         need = args.prompt + 2 * warm + args.steps
         raise ValueError(f"--cache-len {args.cache_len} < prompt + steps + warm-up ({need})")
-    run_step, graph_used, error = step, False, None
-    if compile_mode and device.type == "cuda":
-        compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False)
+    run_step, graph_used, error, info = step, False, None, {}
+    if args.mode == "compile":
+        # An eager prefill first: the cache allocates its tensors lazily, on its first update, and
+        # marks them static addresses only outside compilation. The step also writes the next token
+        # into `tok`. The cudagraph trees of reduce-overhead replay a graph only if every tensor it
+        # mutates is a static address; they skip it otherwise.
+        prefill()
+        for t in [tok] + cache_tensors(cache):
+            torch._dynamo.mark_static_address(t)
+        skips = cudagraph_skips()
+        compiled, error = compile_fn(step, "reduce-overhead" if device.type == "cuda" else None)
         prefill()
         for _ in range(warm):
             compiled()
-        run_step, graph_used = compiled, True
-    elif use_graph and device.type == "cuda":
+        skipped = cudagraph_skips() - skips
+        if skipped:
+            error = (error + "; " if error else "") + f"cudagraph trees skipped {skipped} graph(s)"
+            print(f"    {error}", flush=True)
+        run_step, graph_used = compiled, device.type == "cuda" and not skipped
+        # The compiled step against the eager one from the same cache state: the greedy tokens of 8
+        # steps (Inductor's fused norms may round differently, so a rare flip is not an error).
+        def greedy(run, n=8):
+            prefill()
+            out = []
+            for _ in range(n):
+                run()
+                out.append(tok.clone())
+            return torch.cat(out, 1)
+        equal = greedy(compiled) == greedy(step)
+        first, same = equal[:, 0].float().mean().item(), equal.float().mean().item()
+        info.update(compiled_first_token_match=first, compiled_tokens_match_eager=same)
+        print(f"    compiled decode step against the eager one: first token equal in {first:.0%} of sequences, "
+              f"{same:.0%} of 8 greedy tokens (one flip changes the rest)", flush=True)
+    elif args.mode == "graph" and device.type == "cuda":
         try:
             s = torch.cuda.Stream(device)
             s.wait_stream(torch.cuda.current_stream(device))
@@ -343,12 +379,13 @@ def decode_tokens_per_s(model, batch: int, args, device, use_graph: bool, compil
         for _ in range(args.steps):
             run_step()
     del cache
-    return batch * args.steps / t.seconds, graph_used, error
+    return batch * args.steps / t.seconds, graph_used, error, info
 
 
 @torch.no_grad()
 def head_seconds(model, batch: int, args, device) -> float:
-    """The per-step time of what is not a decoder layer: embedding, final norm, lm_head, argmax."""
+    """The per-step time of what is not a decoder layer: embedding, final norm, lm_head, argmax
+    (compiled as the decode step is, under --compile)."""
     tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
 
     def head():
@@ -356,7 +393,10 @@ def head_seconds(model, batch: int, args, device) -> float:
         tok.copy_(model.lm_head(h)[:, -1].argmax(-1, keepdim=True))
 
     run = head
-    if device.type == "cuda":
+    if args.mode == "compile":
+        torch._dynamo.mark_static_address(tok)
+        run, _ = compile_fn(head, "reduce-overhead" if device.type == "cuda" else None)
+    elif device.type == "cuda":
         s = torch.cuda.Stream(device)
         s.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(s):
@@ -376,19 +416,139 @@ def head_seconds(model, batch: int, args, device) -> float:
     return t.seconds / args.steps
 
 
-@torch.no_grad()
-def prefill_seconds(model, args, device) -> float:
+def prefill_tokens(model, args, device) -> torch.Tensor:
     g = torch.Generator(device="cpu").manual_seed(99)
-    tokens = torch.randint(0, model.config.vocab_size, (1, args.prefill), generator=g).to(device)
+    return torch.randint(0, model.config.vocab_size, (1, args.prefill), generator=g).to(device)
+
+
+@torch.no_grad()
+def prefill_seconds(model, args, device) -> tuple[float, str | None]:
+    """(median seconds of a --prefill-token forward, error of a failed compile or None)."""
+    tokens = prefill_tokens(model, args, device)
+
+    def forward():
+        # Returned: a compiled forward whose result nobody reads is dead code to Inductor.
+        return model(input_ids=tokens, use_cache=False, logits_to_keep=1).logits
+
+    run, error = forward, None
+    if args.mode == "compile":
+        run, error = compile_fn(forward, None)
+    elif args.mode == "graph" and device.type == "cuda":
+        # Replayed as a CUDA graph, as decode is: an eager 2048-token forward is bound by the host
+        # (on the device machine's CPU its ~200 launches per 4 layers took as long as the kernels).
+        run, error = capture(forward, device)
     for _ in range(2):
-        model(input_ids=tokens, use_cache=False, logits_to_keep=1)
+        run()
     times = []
     for _ in range(args.prefill_reps):
         sync(device)
         with Timer(device) as t:
-            model(input_ids=tokens, use_cache=False, logits_to_keep=1)
+            run()
         times.append(t.seconds)
-    return sorted(times)[len(times) // 2]
+    return sorted(times)[len(times) // 2], error
+
+
+def capture(fn, device):
+    """(replay of a CUDA graph of fn, None), warmed up on a side stream as torch's recipe does; (fn,
+    error) where the capture fails."""
+    try:
+        s = torch.cuda.Stream(device)
+        s.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return graph.replay, None
+    except Exception as e:  # noqa: BLE001 - report and time fn eagerly instead
+        error = f"capture failed, eager timed: {type(e).__name__}: {e}"
+        print(f"    {error}", flush=True)
+        torch.cuda.synchronize(device)
+        return fn, error
+
+
+def cache_tensors(cache) -> list:
+    """The tensors a StaticCache mutates in place (keys, values, and its position counters)."""
+    found = []
+    for layer in getattr(cache, "layers", []):
+        for value in vars(layer).values():
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+    return found
+
+
+def cudagraph_skips() -> int:
+    """Graphs the cudagraph trees of torch.compile declined to capture so far (torch's counter)."""
+    from torch._dynamo.utils import counters
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
+def compile_fn(fn, mode):
+    """(torch.compile(fn, mode), None), fullgraph=True so a graph break cannot pass unseen; where
+    fullgraph fails to trace, fn compiled with graph breaks allowed and the reason as the error."""
+    # A fresh Dynamo state per compile: every variant and batch recompiles the same step function,
+    # and past the recompile limit Dynamo would run it eagerly without a word.
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, mode=mode, fullgraph=True)
+    try:
+        compiled()
+        return compiled, None
+    except Exception as e:  # noqa: BLE001 - report it; the graph-break compile still measures
+        error = f"fullgraph compile failed, graph breaks allowed: {type(e).__name__}: {str(e)[:300]}"
+        print(f"    {error}", flush=True)
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, mode=mode, fullgraph=False)
+        compiled()
+        return compiled, error
+
+
+@torch.no_grad()
+def top_kernels(fn, device, top: int = 12) -> dict:
+    """One profiled call of fn (after one warm call): its kernels (CPU ops on a CPU device) grouped
+    by name, the `top` largest by total time, and the totals."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    fn()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as prof:
+        fn()
+        sync(device)
+    rows = []
+    for e in prof.key_averages():
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if us > 0:
+            rows.append((e.key, us, e.count))
+    rows.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows)
+    return {"total_us": total, "launches": sum(r[2] for r in rows),
+            "top": [{"name": name[:120], "us": us, "count": count, "share": us / total if total else 0.0}
+                    for name, us, count in rows[:top]]}
+
+
+def profile_variant(model, batch: int, args, device) -> dict:
+    """Kernel time of one eager prefill (--prefill tokens, or 128) and of one eager decode step at
+    `batch` (the step that the decode measure replays, here unfused and unreplayed)."""
+    from transformers import StaticCache
+
+    tokens = prefill_tokens(model, argparse.Namespace(prefill=args.prefill or 128), device)
+    out = {"prefill": top_kernels(lambda: model(input_ids=tokens, use_cache=False, logits_to_keep=1), device)}
+    cache = StaticCache(config=model.config, max_cache_len=args.cache_len)
+    tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    with torch.no_grad():
+        model(input_ids=tok.repeat(1, args.prompt), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out[f"decode_b{batch}"] = top_kernels(
+        lambda: model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1), device)
+    return out
+
+
+def print_profile(variant: str, prof: dict):
+    for what, p in prof.items():
+        print(f"  [{variant}] {what}: {p['total_us'] / 1e3:.2f} ms of kernels in {p['launches']} launches; largest:")
+        for r in p["top"]:
+            print(f"      {r['us']:10.1f} us {r['share'] * 100:5.1f}% x{r['count']:<5d} {r['name']}")
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -430,7 +590,7 @@ def print_table(result: dict, batches):
           f"{result['dtype']}; speedups over fp16 in brackets")
     print(head)
     for name, row in rows.items():
-        if "error" in row and not row.get("decode_b%d" % batches[0]):
+        if "error" in row and not (row.get(f"decode_b{batches[0]}") if batches else row.get("prefill_s")):
             print(f"{name:11s} failed: {row['error']}")
             continue
         sp = row.get("speedup", {})
@@ -508,7 +668,7 @@ def main(argv=None):
     ap.add_argument("--config", default="llama3-8b", choices=sorted(CONFIGS))
     ap.add_argument("--layers", type=int, default=None, help="decoder layers (default: the config's)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
-    ap.add_argument("--batch", type=int, action="append", help="decode batch sizes (default 1 and 16)")
+    ap.add_argument("--batch", type=int, action="append", help="decode batch sizes (default 1 and 16; 0: no decode)")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens before decoding")
     ap.add_argument("--steps", type=int, default=64, help="timed decode steps")
     ap.add_argument("--cache-len", type=int, default=512, help="static KV cache slots")
@@ -517,9 +677,15 @@ def main(argv=None):
     ap.add_argument("--fidelity-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--quantize-lm-head", action="store_true")
-    ap.add_argument("--no-graph", action="store_true", help="time eager decode steps")
-    ap.add_argument("--compile", action="store_true", help='torch.compile(mode="reduce-overhead") decode steps')
+    ap.add_argument("--lm-head", default="quantized", choices=("quantized", "fp16"),
+                    help="quantized: every nn.Linear, quantize_'s default (and torchao's); fp16: lm_head kept, as "
+                         "GPTQ/AWQ checkpoints keep it")
+    ap.add_argument("--mode", choices=("compile", "graph", "eager"),
+                    help="compile (default on a GPU): torch.compile(fullgraph=True), mode='reduce-overhead' for the "
+                         "decode step, the default mode for the prefill; graph: CUDA graphs of the eager step and "
+                         "prefill; eager (default on the CPU)")
+    ap.add_argument("--profile", action="store_true",
+                    help="print and keep the largest kernels of one eager prefill and decode step per variant")
     ap.add_argument("--jobs", type=int, default=16, help="parallel kernel builds (qgemm.prebuild)")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="build the kernels the variants need (one layer of each shape) and exit")
@@ -528,7 +694,9 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)
-    batches = args.batch or [1, 16]
+    batches = [] if args.batch == [0] else (args.batch or [1, 16])
+    if args.mode is None:
+        args.mode = "compile" if args.device.startswith("cuda") else "eager"
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:
         if v not in VARIANTS:
@@ -558,8 +726,7 @@ def main(argv=None):
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "batches": batches, "prompt_tokens": args.prompt,
               "decode_steps": args.steps, "cache_len": args.cache_len, "prefill_tokens": args.prefill,
-              "fidelity_tokens": args.fidelity_tokens, "lm_head_quantized": args.quantize_lm_head,
-              "decode_mode": "compile" if args.compile else ("eager" if args.no_graph else "cuda_graph"),
+              "fidelity_tokens": args.fidelity_tokens, "lm_head": args.lm_head, "mode": args.mode,
               "variants": {}}
     try:
         import transformers
@@ -579,7 +746,7 @@ def main(argv=None):
         row = result["variants"][variant] = {}
         model = None
         try:
-            model, vdtype, replaced, skipped = make_variant(base, variant, args.quantize_lm_head, dtype)
+            model, vdtype, replaced, skipped = make_variant(base, variant, args.lm_head == "quantized", dtype)
             row.update(replaced=len(replaced), skipped=skipped, dtype=str(vdtype).replace("torch.", ""))
             for name, why in skipped.items():
                 print(f"  [{variant}] {name} left unquantized: {why}")
@@ -590,13 +757,19 @@ def main(argv=None):
                        logits_finite=bool(torch.isfinite(logits).all()))
             del logits
             for b in batches:
-                tps, graph_used, err = decode_tokens_per_s(model, b, args, device, not args.no_graph, args.compile)
+                tps, graph_used, err, info = decode_tokens_per_s(model, b, args, device)
                 row[f"decode_b{b}"] = tps
+                row.update({f"{k}_b{b}": v for k, v in info.items()})
                 row["graph"] = graph_used
                 if err:
                     row.setdefault("notes", []).append(f"batch {b}: {err}")
             if args.prefill:
-                row["prefill_s"] = prefill_seconds(model, args, device)
+                row["prefill_s"], err = prefill_seconds(model, args, device)
+                if err:
+                    row.setdefault("notes", []).append(f"prefill: {err}")
+            if args.profile:
+                row["profile"] = profile_variant(model, batches[0] if batches else 1, args, device)
+                print_profile(variant, row["profile"])
             if layers < full_depth:
                 fd = {}
                 for b in batches:
@@ -605,7 +778,11 @@ def main(argv=None):
                     fd[f"decode_b{b}"] = b / (head + (per_step - head) * full_depth / layers)
                     fd[f"head_s_b{b}"] = head
                 if row.get("prefill_s"):
-                    fd["prefill_s"] = row["prefill_s"] * full_depth / layers
+                    # The prefill's head is the step's at batch 1 (one token's lm_head; the 2048-token
+                    # embedding and final norm are a few us): measured once, the layers scaled.
+                    head = fd.get("head_s_b1") or head_seconds(model, 1, args, device)
+                    fd["prefill_s"] = head + (row["prefill_s"] - head) * full_depth / layers
+                    fd["head_s_b1"] = head
                 row["full_depth_equivalent"] = fd
         except Exception as e:  # noqa: BLE001 - one variant failing must not lose the others
             row["error"] = f"{type(e).__name__}: {e}"
@@ -624,11 +801,13 @@ def main(argv=None):
     # Decode at full depth from the per-layer rows: equivalents use FP16's too.
     if layers < full_depth:
         base_fd = result["variants"].get("fp16", {}).get("full_depth_equivalent", {})
-        for row in result["variants"].values():
+        for name, row in result["variants"].items():
             fd = row.get("full_depth_equivalent")
             if fd and base_fd:
                 fd["speedup"] = {k: (fd[k] / base_fd[k] if k.startswith("decode") else base_fd[k] / fd[k])
                                  for k in fd if k in base_fd and not k.startswith("head") and base_fd[k] and fd[k]}
+                if fd["speedup"]:
+                    print(f"  [full depth] {name}: " + ", ".join(f"{k} {v:.2f}x" for k, v in fd["speedup"].items()))
     result["wall_s"] = time.perf_counter() - t_start
     save()
     print_table(result, batches)

@@ -49,8 +49,37 @@ def test_bench_model_tiny_cpu(tmp_path):
         # 1 of the tiny config's 2 layers: a full-depth equivalent from the measured head time.
         assert row["full_depth_equivalent"]["decode_b1"] > 0
         if name != "fp16":
-            assert row["replaced"] == 7 and row["logits_finite"]  # q, k, v, o, gate, up, down; lm_head kept
+            # q, k, v, o, gate, up, down and lm_head: quantize_'s default filter takes every nn.Linear
+            assert row["replaced"] == 8 and row["logits_finite"]
     assert saved["variants"]["w8a8"]["logits_cos_mean"] >= 0.99
     for name in ("w4a16", "torch_int4"):
         assert saved["variants"][name]["logits_cos_mean"] >= 0.95
     assert result["variants"]["fp16"]["speedup"]["decode_b1"] == 1.0
+
+
+def test_bench_model_lm_head_fp16_cpu(tmp_path):
+    pytest.importorskip("transformers")
+    result = bench_model.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--variants", "w8a8",
+                               "--batch", "1", "--steps", "1", "--prompt", "4", "--cache-len", "16", "--prefill", "0",
+                               "--fidelity-tokens", "8", "--lm-head", "fp16"])
+    assert result["lm_head"] == "fp16" and result["variants"]["w8a8"]["replaced"] == 7
+
+
+def test_bench_model_compile_cpu(tmp_path):
+    """--mode compile on the CPU (Inductor's C++ backend): the compiled decode step, head and prefill
+    run with fullgraph=True (a graph break would be a note), and the step's greedy tokens are
+    compared with the eager step's."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "bench.json"
+    bench_model.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--variants", "w8a8", "--mode",
+                      "compile", "--batch", "1", "--steps", "2", "--prompt", "4", "--cache-len", "32",
+                      "--prefill", "16", "--prefill-reps", "1", "--fidelity-tokens", "8", "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["mode"] == "compile"
+    for name, row in saved["variants"].items():
+        assert "error" not in row and "notes" not in row, (name, row)
+        assert row["decode_b1"] > 0 and row["prefill_s"] > 0
+        # fp16 has no quantized activations: its compiled step must pick the eager step's first token
+        if name == "fp16":
+            assert row["compiled_first_token_match_b1"] == 1.0
+        assert 0.0 <= row["compiled_tokens_match_eager_b1"] <= 1.0

@@ -4,7 +4,10 @@
 # benchmark's M values and the MiniLM test's), then tests/test_minilm_gpu.py (all-MiniLM-L6-v2 from
 # the carried .minilm/), then bench_model.py; each stage under a hard timeout (240 + 120 + 210 s at most, so the call stays under 10 minutes; ~6 typical).
 # Carry: .whl (nvidia-cutlass wheel), .minilm (benchmarks/prepare_minilm.py, ~21 MiB), and
-# .qgemm-cache if one was saved (SAVE_CACHE=1 writes the built kernels to $OUT/qgemm-cache.tar).
+# .qgemm-cache if one was saved (SAVE_CACHE=1 writes the built kernels to $OUT/qgemm-cache.tar; at
+# ~22 MB it may not come back). bench_model.py compiles by default: at 32 layers a variant takes
+# 60-100 s (two decode batches and the prefill, each compiled), so six do not fit one call with the
+# build; split them, e.g. SKIP_TEST=1 BENCH_TIMEOUT=420 BENCH_ARGS='--variants w4a16,w8a16 --batch 0'.
 #   bash benchmarks/device_model.sh
 #   env: CONFIG (llama3-8b), LAYERS (32), BENCH_ARGS (more bench_model.py arguments), BENCH_TIMEOUT (210),
 #        TEST_TIMEOUT (120), BUILD_TIMEOUT (240), FAMILIES (also `qgemm build` these whole families),

@@ -378,7 +378,6 @@ def decode_tokens_per_s(model, batch: int, args, device):
     with Timer(device) as t:
         for _ in range(args.steps):
             run_step()
-    del cache
     return batch * args.steps / t.seconds, graph_used, error, info
 
 

@@ -200,13 +200,17 @@ def cmd_cache(args) -> int:
         logger.info("the cache %s holds no kernels", args.root)
         return EXIT_OK
     if args.cache_command == "list":
+        from .build import disk_bytes
+
         for e in selected:
             meta = e.meta or {}
             status = "ok" if e.status == "ok" else f"DAMAGED ({e.status})"
-            print(f"sm{e.target_sm}  {e.name}  {e.directory.name}  {_size(e.bytes)}  "
+            # A bundle's members share one library (hard links): each shows its even share of it.
+            shared = f" (1/{len(meta['bundle'])} of a bundle)" if len(meta.get("bundle") or ()) > 1 else ""
+            print(f"sm{e.target_sm}  {e.name}  {e.directory.name}  {_size(e.bytes)}{shared}  "
                   f"{meta.get('built_at', '-')}  {status}")
         damaged = sum(e.status != "ok" for e in selected)
-        logger.info("%d kernel builds in %s%s", len(selected), args.root,
+        logger.info("%d kernel builds, %s on disk, in %s%s", len(selected), _size(disk_bytes(selected)), args.root,
                     f", {damaged} damaged (rebuilt on next use; `qgemm cache clean --damaged` removes them)"
                     if damaged else "")
         return EXIT_OK

@@ -25,6 +25,7 @@ from cutlass_gen.build import (
     build_bundle,
     build_many,
     cache_entries,
+    disk_bytes,
     find_artifact,
     plan_bundles,
     write_manifest,
@@ -379,6 +380,23 @@ def test_a_bundle_compiles_once_and_publishes_each_kernel(tmp_cache, fake_nvcc):
     assert [a.directory for a in build_bundle(specs[::-1], 90)] == [a.directory for a in arts[::-1]]
     assert build(specs[1], 90).directory == arts[1].directory
     assert len(fake_compiles(fake_nvcc)) == 1
+
+
+def test_cache_list_counts_a_bundles_shared_library_once(tmp_cache, fake_nvcc, capsys):
+    """The members of a bundle share kernel.so and kernel.fatbin (hard links): `qgemm cache list` gives
+    each member an even share of them, so the sizes add up to the disk the bundle takes."""
+    arts = build_bundle(W8A8_SM90[:3], 90)
+    if arts[0].so_path.stat().st_nlink != 3:
+        pytest.skip("this file system copied the bundle's library instead of linking it")
+    entries = cache_entries(tmp_cache)
+    files = {(p.stat().st_ino): p.stat().st_size for e in entries for p in e.directory.rglob("*") if p.is_file()}
+    assert sum(e.bytes for e in entries) == pytest.approx(sum(files.values()), abs=len(entries) * 2)
+    assert disk_bytes(entries) == sum(files.values())
+    assert cli.main(["cache", "list"]) == 0
+    printed = capsys.readouterr()
+    out = printed.out.splitlines()
+    assert len(out) == 3 and all("(1/3 of a bundle)" in line for line in out)
+    assert f"3 kernel builds, {cli._size(disk_bytes(entries))} on disk" in printed.err
 
 
 def test_a_bundle_that_fails_compiles_its_kernels_one_at_a_time(tmp_cache, fake_nvcc, monkeypatch):

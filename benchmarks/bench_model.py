@@ -384,7 +384,7 @@ def decode_tokens_per_s(model, batch: int, args, device):
 @torch.no_grad()
 def head_seconds(model, batch: int, args, device) -> float:
     """The per-step time of what is not a decoder layer: embedding, final norm, lm_head, argmax
-    (compiled as the decode step is, under --compile)."""
+    (compiled as the decode step is under --mode compile, else a CUDA graph on a GPU)."""
     tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
 
     def head():
@@ -396,16 +396,7 @@ def head_seconds(model, batch: int, args, device) -> float:
         torch._dynamo.mark_static_address(tok)
         run, _ = compile_fn(head, "reduce-overhead" if device.type == "cuda" else None)
     elif device.type == "cuda":
-        s = torch.cuda.Stream(device)
-        s.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                head()
-        torch.cuda.current_stream(device).wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            head()
-        run = graph.replay
+        run, _ = capture(head, device)  # replayed under every mode but eager-on-CPU: no host cost
     for _ in range(3):
         run()
     sync(device)

@@ -11,16 +11,28 @@ import argparse
 import torch
 
 import qgemm
+from cutlass_gen.build import build_many
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from qgemm.w8a8.heuristics import W8A8Sm90Choice
 from timing import bench_graph
+
+# --candidates: W8A8 Sm90 configurations beside the plan's choice (FP16 out, clamp epilogue).
+CANDIDATES = [("cooperative", (128, 128), (1, 1)), ("cooperative", (128, 128), (1, 2)),
+              ("cooperative", (128, 128), (2, 1)), ("pingpong", (64, 128), (1, 1)), ("pingpong", (64, 128), (1, 2))]
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--m", type=int, default=2048)
 ap.add_argument("--nk", action="append", help="NxK (default: Llama-3-8B's four linear shapes)")
 ap.add_argument("--once", action="store_true", help="one call of each GEMM, no timing (for ncu)")
 ap.add_argument("--no-fp8", action="store_true", help="W8A8 and cuBLAS only")
+ap.add_argument("--candidates", action="store_true", help="also time the W8A8 CANDIDATES (built first, in parallel)")
 ap.add_argument("--block", type=int, default=128, help="W8A8 block size")
 ap.add_argument("--scheme", default="symmetric", choices=("symmetric", "asymmetric"), help="W8A8 scheme")
 args = ap.parse_args()
+candidates = [W8A8Sm90Spec(tile, args.block, args.scheme, "f16", schedule, "persistent", False, "clamp", cluster)
+              for schedule, tile, cluster in CANDIDATES] if args.candidates else []
+if candidates:
+    build_many(candidates, 90, jobs=16)
 shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else \
     [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
 print(f"{'M':>5} {'N':>6} {'K':>6} | {'fp16':>8} {'w8a8':>8} {'+quant':>8} {'fp8':>8} {'+quant':>8} | "
@@ -45,3 +57,6 @@ for n, k in shapes:
     print(f"{args.m:5d} {n:6d} {k:6d} | " + " ".join(f"{v:8.1f}" for v in t) +
           f" | {flop / t[1] / 1e6:7.0f} {flop / t[3] / 1e6:7.0f} | {w8.kernel_spec(args.m).name}, "
           f"{f8.choice(args.m).spec.name if f8 is not None else '-'}", flush=True)
+    for spec in candidates:
+        us = bench_graph(lambda: w8.gemm(xq, choice=W8A8Sm90Choice(spec)))
+        print(f"      {spec.name}: {us:8.1f} us {flop / us / 1e6:6.0f} TOPS", flush=True)

@@ -299,7 +299,7 @@ def cosine_rows(a, b):
 @torch.no_grad()
 def decode_tokens_per_s(model, batch: int, args, device):
     """(tokens/s, graph used, error, info) of greedy decode at `batch` with a static KV cache; info
-    holds, under --compile, the share of greedy tokens the compiled step gets as the eager one does."""
+    holds, under --mode compile, the share of greedy tokens the compiled step gets as the eager one does."""
     from transformers import StaticCache
 
     cache = StaticCache(config=model.config, max_cache_len=args.cache_len)

@@ -796,23 +796,15 @@ class CacheEntry:
         """This artifact's share of the disk: a file hard-linked into several artifacts (a bundle's
         kernel.so and kernel.fatbin) counts its size split evenly among its links, so the entries of
         a bundle add up to what it takes once."""
-        total = 0
-        for path in self.directory.rglob("*"):
-            if path.is_file():
-                st = path.stat()
-                total += st.st_size // max(1, st.st_nlink)
-        return total
+        return sum(st.st_size // max(1, st.st_nlink) for st in self.file_stats())
+
+    def file_stats(self) -> list[os.stat_result]:
+        return [path.stat() for path in self.directory.rglob("*") if path.is_file()]
 
 
 def disk_bytes(entries: list[CacheEntry]) -> int:
     """Bytes the entries' files take on disk, each file counted once however many links it has."""
-    seen: dict[tuple[int, int], int] = {}
-    for e in entries:
-        for path in e.directory.rglob("*"):
-            if path.is_file():
-                st = path.stat()
-                seen[(st.st_dev, st.st_ino)] = st.st_size
-    return sum(seen.values())
+    return sum({(st.st_dev, st.st_ino): st.st_size for e in entries for st in e.file_stats()}.values())
 
 
 def cache_entries(root: Path | None = None, verify: bool = True) -> list[CacheEntry]:

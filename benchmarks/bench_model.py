@@ -354,23 +354,9 @@ def decode_tokens_per_s(model, batch: int, args, device):
         print(f"    compiled decode step against the eager one: first token equal in {first:.0%} of sequences, "
               f"{same:.0%} of 8 greedy tokens (one flip changes the rest)", flush=True)
     elif args.mode == "graph" and device.type == "cuda":
-        try:
-            s = torch.cuda.Stream(device)
-            s.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(s):  # warm-up off the default stream, as torch's capture recipe does
-                prefill()
-                for _ in range(warm):
-                    step()
-            torch.cuda.current_stream(device).wait_stream(s)
-            prefill()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            run_step, graph_used = graph.replay, True
-        except Exception as e:  # noqa: BLE001 - report and time the eager step instead
-            error = f"capture failed, eager step timed: {type(e).__name__}: {e}"
-            print(f"    {error}", flush=True)
-            torch.cuda.synchronize(device)
+        prefill()
+        run_step, error = capture(step, device)
+        graph_used = error is None
     prefill()
     for _ in range(warm):
         run_step()

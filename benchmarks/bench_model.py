@@ -670,6 +670,8 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument("--png")
     args = ap.parse_args(argv)
+    if args.batch and (0 in args.batch and len(args.batch) > 1 or min(args.batch) < 0):
+        ap.error(f"--batch: batch sizes >= 1, or a single 0 for no decode; got {args.batch}")
     batches = [] if args.batch == [0] else (args.batch or [1, 16])
     if args.mode is None:
         args.mode = "compile" if args.device.startswith("cuda") else "eager"

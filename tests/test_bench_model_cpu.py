@@ -85,3 +85,13 @@ def test_bench_model_compile_cpu(tmp_path):
         if name == "fp16":
             assert row["compiled_first_token_match_b4"] >= 0.75
         assert 0.0 <= row["compiled_tokens_match_eager_b4"] <= 1.0
+
+
+@pytest.mark.parametrize("batches", [["0", "1"], ["-1"]])
+def test_bench_model_rejects_bad_batches(batches, capsys):
+    argv = ["--config", "tiny", "--device", "cpu"]
+    for b in batches:
+        argv += ["--batch", b]
+    with pytest.raises(SystemExit):
+        bench_model.main(argv)
+    assert "--batch: batch sizes >= 1, or a single 0 for no decode; got" in capsys.readouterr().err

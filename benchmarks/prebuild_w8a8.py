@@ -11,19 +11,22 @@ import time
 
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate
 
 
 def test_specs() -> list:
     """tests/test_w8a8_sm90_gpu.py beyond the catalog: bias/activation over every output and both
     epilogues (M = 33: the swapped 128 x 16 tile), deep K in FP32 (stream-K 128 x 128), the chained
-    path's agreement test (block 64, FP32)."""
+    path's agreement test (block 64, FP32), stream-K without turns."""
     specs = [W8A8Sm90Spec((128, 16), 128, scheme, output, "cooperative", "persistent", True, epilogue)
              for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
              for epilogue in ("clamp", "silu")]
-    specs += [W8A8Sm90Spec((128, 128), 128, scheme, "f32", "cooperative", "streamk")
+    specs += [W8A8Sm90Spec((128, 128), 128, scheme, "f32", "cooperative", "streamk",
+                           alternate=w8a8_sm90_alternate(scheme, 128, (128, 128), False))
               for scheme in ("symmetric", "asymmetric")]
     specs += [W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32")]
+    # test_stream_k: the asymmetric kernel without turns (the catalog's takes turns).
+    specs += [W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16", "cooperative", "streamk")]
     return specs
 
 

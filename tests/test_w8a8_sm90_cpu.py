@@ -33,6 +33,9 @@ from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
     (dict(cluster=(2, 2)), "cluster must be one of"),
     (dict(arch=80), "arch must be 90"),
     (dict(swap_ab=1), "swap_ab must be a bool"),
+    (dict(alternate=1), "alternate must be a bool"),
+    (dict(schedule="pingpong", tile=(64, 128), alternate=True), "alternate (two warp groups taking turns on one "
+                                                                "tile) needs the cooperative schedule"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(tile=(128, 128), block_size=128, scheme="asymmetric", output="f16")
@@ -48,6 +51,26 @@ def test_names_and_json_round_trip():
     assert spec_from_dict(json.loads(spec.to_json())) == spec
     names = [s.name for s in catalog(90, W8A8Sm90Spec.family)]
     assert len(names) == len(set(names))
+
+
+def test_alternate_kernels():
+    """The asymmetric scheme's 128 x 128 kernels at block 128 take turns on the tensor cores (measured
+    faster); the symmetric, other block sizes and the swapped decode tiles do not."""
+    spec = W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16", alternate=True)
+    assert spec.name == "qgemm_w8a8_gemm_sm90_s8s8_f16_asym_b128_128x128x128_c1x1_cooperative_alt_persistent"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    assert "/*AlternateWarpGroups=*/true" in render(spec).source
+    assert "/*AlternateWarpGroups=*/false" in render(W8A8Sm90Spec((128, 128), 128, "symmetric", "f16")).source
+
+    def choice(m, scheme, block_size=128):
+        return heuristics.w8a8_sm90_choice(m, 4096, 4096, block_size, scheme, "f16", "clamp", 132).spec
+
+    assert choice(4096, "asymmetric").alternate and choice(128, "asymmetric").alternate
+    assert not choice(4096, "symmetric").alternate and not choice(4096, "asymmetric", 64).alternate
+    assert not choice(16, "asymmetric").alternate  # swapped decode tile
+    alternating = {s for s in catalog(90, W8A8Sm90Spec.family) if s.alternate}
+    assert {(s.scheme, s.block_size, s.tile, s.scheduler) for s in alternating} == {
+        ("asymmetric", 128, (128, 128), "persistent"), ("asymmetric", 128, (128, 128), "streamk")}
 
 
 def test_weight_scale_per_tile():

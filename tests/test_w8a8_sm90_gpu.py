@@ -117,11 +117,12 @@ def test_input_dtypes_end_to_end(scheme, x_dtype):
 
 
 @pytest.mark.parametrize("splits", [0, 3])
-@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
-def test_stream_k(scheme, splits):
+@pytest.mark.parametrize("scheme, alternate", [("symmetric", False), ("asymmetric", False), ("asymmetric", True)])
+def test_stream_k(scheme, alternate, splits):
     """Stream-K (heuristic decomposition, and split-K into 3): K ranges of a tile on several CTAs,
-    each starting at a K-block boundary, their FP32 partials reduced by the scheduler."""
-    spec = W8A8Sm90Spec((128, 128), 128, scheme, "f16", "cooperative", "streamk")
+    each starting at a K-block boundary, their FP32 partials reduced by the scheduler; with the warp
+    groups in turns too (their named barriers count the units of each CTA's own K range)."""
+    spec = W8A8Sm90Spec((128, 128), 128, scheme, "f16", "cooperative", "streamk", alternate=alternate)
     out, ref, _, _ = _case(200, 256, 128 * 21, 128, scheme, torch.float16,
                            choice=heuristics.W8A8Sm90Choice(spec, splits=splits))
     assert rel_err(out, ref) < BOUND[torch.float16]

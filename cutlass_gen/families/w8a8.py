@@ -79,7 +79,10 @@ class W8A8Sm90Spec(KernelSpec):
     stages hold 128 K each: blocks of 32 and 64 are promoted 4 and 2 times per stage, a block of
     256 over two stages. `scheme`: "asymmetric" (MNN's per-block scale and offset of both operands)
     or "symmetric" (block-INT8: activation scales per (row, block), weight scales per (128 rows,
-    block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu".
+    block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu". `alternate`
+    (cooperative only): the two warp groups take turns on the tensor cores, so that one promotes
+    while the other's WGMMAs run (faster for the asymmetric scheme's heavier promotion, slower for
+    the symmetric one: see sm90_block_promote.hpp).
     """
 
     family: ClassVar[str] = "w8a8_gemm_sm90"
@@ -105,6 +108,7 @@ class W8A8Sm90Spec(KernelSpec):
     swap_ab: bool = False
     epilogue: str = "clamp"
     cluster: tuple = (1, 1)
+    alternate: bool = False
     arch: int = 90
 
     def __post_init__(self):
@@ -135,6 +139,11 @@ class W8A8Sm90Spec(KernelSpec):
         if tn % 8 or not 8 <= tn <= 128:
             raise ValueError(f"tile N must be a multiple of 8 in [8, 128] (WGMMA N; accumulators and block "
                              f"temporaries in registers), got {tn}")
+        if not isinstance(self.alternate, bool):
+            raise ValueError(f"alternate must be a bool, got {self.alternate!r}")
+        if self.alternate and self.schedule != "cooperative":
+            raise ValueError(f"alternate (two warp groups taking turns on one tile) needs the cooperative schedule, "
+                             f"got {self.schedule!r}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 
@@ -155,8 +164,9 @@ class W8A8Sm90Spec(KernelSpec):
         scheme = "asym" if self.scheme == "asymmetric" else "sym"
         swap = "_swapab" if self.swap_ab else ""
         epilogue = "" if self.epilogue == "clamp" else f"_{self.epilogue}"
+        alternate = "_alt" if self.alternate else ""
         return (f"qgemm_w8a8_gemm_sm90_s8s8_{self.output}_{scheme}_b{self.block_size}"
-                f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}_{self.scheduler}{swap}{epilogue}")
+                f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}{alternate}_{self.scheduler}{swap}{epilogue}")
 
 
 @dataclass(frozen=True)
@@ -334,13 +344,22 @@ def w8a8_sm90_configs(block_size: int) -> list[tuple]:
     return [_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0]]
 
 
+def w8a8_sm90_alternate(scheme: str, block_size: int, tile: tuple, swap_ab: bool) -> bool:
+    """Whether the kernel of a configuration has its warp groups take turns on the tensor cores
+    (W8A8Sm90Spec.alternate): measured faster on the H100 for the asymmetric scheme at block 128 on
+    the 128 x 128 tile (4-5% at M = 4096, benchmarks/README.md), slower for the symmetric one; block
+    sizes 32, 64 and 256 were not measured."""
+    return scheme == "asymmetric" and block_size == 128 and tuple(tile) == (128, 128) and not swap_ab
+
+
 def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
     if target_sm < 90:
         return []
 
     def spec(config, block_size, scheme, output):
         tile, swap_ab, scheduler = config
-        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab)
+        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab,
+                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
 
     specs = [spec(c, 128, "symmetric", output) for output in ("f16", "bf16")
              for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import w8a8_sm90_configs
+from cutlass_gen.families.w8a8 import w8a8_sm90_alternate, w8a8_sm90_configs
 from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
 from cutlass_gen.families.w8a8 import W8A8GemmSpec, W8A8GemvSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
@@ -56,8 +56,9 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #     weight of fewer than W8A8_SM90_DECODE_STREAMK_TILES row tiles (N = 4096: 32) would stream
 #     from only that many SMs: stream-K splits its K over the whole GPU;
 #   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
-#     promotes its block product, the other's WGMMAs run), persistent; stream-K when the output
-#     tiles do not fill the GPU once (few tiles, deep K).
+#     promotes its block product, the other's WGMMAs run; for the asymmetric scheme at block 128 in
+#     turns, w8a8_sm90_alternate), persistent; stream-K when the output tiles do not fill the GPU
+#     once (few tiles, deep K).
 W8A8_SM90_SWAP_MAX_M = 64
 W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
 W8A8_SM90_DECODE_STREAMK_TILES = 132
@@ -76,7 +77,8 @@ class W8A8Sm90Choice:
 def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, epilogue: str,
                      sm_count: int) -> W8A8Sm90Choice:
     def spec(tile, swap_ab, scheduler="persistent"):
-        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue)
+        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue,
+                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
 
     # Only the configurations the catalog builds for this block size (outputs and epilogues outside
     # the catalog are built on first use, in the same configuration as the catalog's F16 kernel).

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cutlass/cutlass.h"
+#include "cutlass/arch/barrier.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/gemm.h"
 #include "cutlass/gemm/collective/builders/sm90_common.inl"
@@ -104,8 +105,17 @@ CUTLASS_DEVICE void cp_async_float(float* smem, float const* gmem, bool valid) {
                "r"(src_bytes));
 }
 
+// AlternateWarpGroups_ (cooperative only): the two consumer warp groups take turns on the tensor
+// cores (two named barriers): a warp group issues a block's WGMMAs once the other's previous
+// block is done, so that one promotes while the other's WGMMAs run (FlashAttention-3 orders its
+// softmax against the other warp group's GEMMs the same way). Left free, both wait for the same
+// stage, issue together and share the tensor cores, so they also promote together. Measured on
+// the H100 (benchmarks/README.md): the asymmetric scheme, whose promotion is five FP32 operations
+// per element, gains 4-5% at M = 4096; the symmetric one (two) loses 10-15%, because one warp
+// group's 64 x 128 WGMMAs alone run the tensor cores at about half their rate, and strict turns
+// leave them there.
 template <int Stages, class ClusterShape_, class KernelSchedule, class Scheme_, class TileShape_,
-          class ElementOperand_ = int8_t>
+          class ElementOperand_ = int8_t, bool AlternateWarpGroups_ = false>
 struct Sm90BlockPromoteMma {
   using Scheme = Scheme_;
   using DispatchPolicy = MainloopSm90BlockPromote<Stages, ClusterShape_, KernelSchedule, Scheme>;
@@ -130,6 +140,11 @@ struct Sm90BlockPromoteMma {
 
   static constexpr bool IsCooperative =
       cute::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, KernelSchedule>;
+  static constexpr bool kAlternate = AlternateWarpGroups_;
+  static_assert(!kAlternate || IsCooperative, "warp groups alternate on one tile: the cooperative schedule");
+  // Named barriers (user ids, after CUTLASS's reserved ones) of the alternation: "warp group 0 may
+  // issue", "warp group 1 may issue", and the start of a tile.
+  static constexpr uint32_t kTurnBarrier0 = 0, kTurnBarrier1 = 1, kTileStartBarrier = 2;
   using AtomLayoutMNK = cute::conditional_t<IsCooperative, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
 
   // The int8 WGMMA the mainloop runs, and the FP32-accumulating one the kernel and the epilogue
@@ -421,14 +436,18 @@ struct Sm90BlockPromoteMma {
 
   // Consumer warp groups: per stage, per promotion, the block's WGMMAs into the int32
   // temporaries, then their promotion into `accum` (FP32). The other warp group's WGMMAs (or,
-  // ping-pong, the other tile's) keep the tensor cores busy while this one promotes.
+  // ping-pong, the other tile's) keep the tensor cores busy while this one promotes (in turns with
+  // kAlternate, above).
   // Not two temporaries (issue block i+1's WGMMAs, then promote block i): ptxas 13.0 serializes
   // every WGMMA of such a loop (C7514: "non wgmma instructions reading accumulator registers of a
   // wgmma between start and end of the pipeline stage"), and it measured 857 TOPS against ~980 on
   // the H100 at M = 4096. Copying the finished temporary to other registers before issuing the
   // next block's WGMMAs fared no better: ptxas serialized them for "non wgmma instructions defining
-  // accumulator registers" (C7515) and spilled on the 128 x 16 tile. Until a form ptxas accepts is
-  // found, the overlap comes from the other warp group.
+  // accumulator registers" (C7515) and spilled on the 128 x 16 tile. The cause of C7514 is a
+  // temporary in flight across the loop's back edge: the compiler copies it there. Pairs of blocks
+  // (issue both, promote the first while the second runs, nothing in flight at the back edge)
+  // compile clean, but measured no faster (symmetric, 2026-11-26) and spilled (asymmetric), so the
+  // overlap comes from the other warp group.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
                           int thread_idx, TensorStorage& shared_tensors, Params const& params) {
@@ -455,6 +474,16 @@ struct Sm90BlockPromoteMma {
     Tensor temp = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
     CUTE_STATIC_ASSERT_V(size(temp) == size(accum));
 
+    // Alternation (kAlternate): warp group 0 issues unit u once warp group 1's unit u - 1 is done,
+    // and warp group 1 issues unit u once warp group 0's is done. Each barrier is armed by
+    // exactly one arrive per sync, at most one ahead, and the tile starts with both warp groups met,
+    // so no arrival of one tile can be taken for another's.
+    [[maybe_unused]] int const units = k_tile_count * kPromotionsPerStage;
+    [[maybe_unused]] int unit = 0;
+    if constexpr (kAlternate) {
+      cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTileStartBarrier);
+    }
+
     clear(accum);
     warpgroup_fence_operand(accum);
     CUTLASS_PRAGMA_NO_UNROLL
@@ -463,7 +492,14 @@ struct Sm90BlockPromoteMma {
       pipeline.consumer_wait(smem_pipe_read, barrier_token);
       int read_stage = smem_pipe_read.index();
       CUTLASS_PRAGMA_UNROLL
-      for (int p = 0; p < kPromotionsPerStage; ++p) {
+      for (int p = 0; p < kPromotionsPerStage; ++p, ++unit) {
+        if constexpr (kAlternate) {
+          if (warp_group_idx == 1) {
+            cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier1);
+          } else if (unit > 0) {
+            cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier0);
+          }
+        }
         tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
         warpgroup_fence_operand(temp);
         warpgroup_arrive();
@@ -475,6 +511,15 @@ struct Sm90BlockPromoteMma {
         }
         warpgroup_commit_batch();
         warpgroup_wait<0>();
+        if constexpr (kAlternate) {
+          // Hand the tensor cores over once this block's WGMMAs are done (not when issued: issued
+          // together, two warp groups' WGMMAs share the tensor cores and finish together).
+          if (warp_group_idx == 0) {
+            cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier1);
+          } else if (unit + 1 < units) {
+            cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier0);
+          }
+        }
         warpgroup_fence_operand(temp);
         promote(accum, temp, tCcC, shared_tensors.rows[read_stage] + p * kTileM,
                 shared_tensors.cols[read_stage] + p * kTileN);

@@ -480,6 +480,16 @@ struct Adapter {
   }
 
   static __device__ void run(Params const& p, char* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Programmatic dependent launch (FpAIntBGemvSpec.programmatic_launch): launched with
+    // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, this grid's CTAs may become resident
+    // while the previous kernel on the stream still runs (a model's decode step is a chain of
+    // small kernels whose launches and tails otherwise leave the GPU idle). They wait here, before
+    // any memory access, until that kernel has finished and its writes are visible; then they let
+    // the next kernel do the same. Both instructions are no-ops in a plain launch.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     int const warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, j = lane % 4;
     int col_tile = blockIdx.x, m_tile = blockIdx.y, split = 0;
     if (p.splits > 1) {  // split fastest: the CTAs of one tile run side by side

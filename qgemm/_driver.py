@@ -126,20 +126,30 @@ def device_max_smem_optin(device: int) -> int:
 class Launcher:
     """A reusable CUlaunchConfig for one kernel; `launch` is the per-call hot path."""
 
-    def __init__(self, kernel, block: tuple[int, int, int], cluster: tuple[int, int, int] = (1, 1, 1)):
+    def __init__(self, kernel, block: tuple[int, int, int], cluster: tuple[int, int, int] = (1, 1, 1),
+                 programmatic: bool = False):
         cu = driver()
         self._cu = cu
         self._kernel = kernel
         self._config = cu.CUlaunchConfig()
         self._config.blockDimX, self._config.blockDimY, self._config.blockDimZ = block
-        self._config.numAttrs = 0
+        attrs = []
         if tuple(cluster) != (1, 1, 1):
             # Sm90 thread block clusters (TMA multicast across the cluster's CTAs).
             attr = cu.CUlaunchAttribute()
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-            self._config.attrs = [attr]
-            self._config.numAttrs = 1
+            attrs.append(attr)
+        if programmatic:
+            # Programmatic dependent launch: the grid may start before the stream's previous kernel
+            # has finished; the kernel itself waits for it (griddepcontrol.wait) before touching
+            # memory. Only for kernels built to (KernelSpec.programmatic_launch).
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        self._config.attrs = attrs
+        self._config.numAttrs = len(attrs)
 
     def launch(self, grid, smem_bytes: int, stream: int, params_ptr_array: int):
         config = self._config

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 
 import torch
@@ -22,6 +23,9 @@ from .errors import KernelUnavailableError
 
 logger = logging.getLogger("qgemm")
 _lock = threading.Lock()
+# Programmatic dependent launch of the kernels built for it (Kernel.programmatic_launch); QGEMM_PDL=0
+# turns it off (read at import), for comparisons.
+PROGRAMMATIC_LAUNCH = os.environ.get("QGEMM_PDL", "1") != "0"
 _kernels: dict[tuple[KernelSpec, int], "Kernel"] = {}
 
 
@@ -53,6 +57,13 @@ class Kernel:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def programmatic_launch(self) -> bool:
+        """Launch with programmatic stream serialization: the spec's kernel waits for the previous
+        kernel itself (KernelSpec.programmatic_launch), it was built for sm90 or later, where that
+        wait exists, and QGEMM_PDL is not 0."""
+        return PROGRAMMATIC_LAUNCH and self.target_sm >= 90 and getattr(self.spec, "programmatic_launch", False)
 
     def plan(self, problem: QgemmProblem) -> QgemmLaunch:
         status, launch = self.host.plan(problem)
@@ -119,7 +130,8 @@ class CallBuffers:
         launcher = self._launchers.get(key)
         if launcher is None:
             launcher = _driver.Launcher(handle, (launch.block[0], launch.block[1], launch.block[2]),
-                                        (launch.cluster[0], launch.cluster[1], launch.cluster[2]))
+                                        (launch.cluster[0], launch.cluster[1], launch.cluster[2]),
+                                        programmatic=kernel.programmatic_launch)
             self._launchers[key] = launcher
         return launcher
 

@@ -280,6 +280,54 @@ def test_decode_variant_graph_two_streams_and_nan():
             assert not torch.isnan(y[1:]).any()
 
 
+@pytest.mark.parametrize("m", (1, 8))
+def test_decode_variant_programmatic_launch_chain(m):
+    """On sm90 the decode variant is launched with programmatic stream serialization: its CTAs may
+    start while the previous kernel finishes, and wait for it before reading anything. A chain where
+    each call reads the previous call's output (eager, with torch kernels between every other pair of
+    links, and captured in a CUDA graph) must equal the same chain with the GPU synchronized after every call:
+    a missing wait would read a half-written input."""
+    from qgemm import _runtime
+    n = k = 1024
+    plans = [qgemm.FpAIntBPlan(random_weight(k, n, 4, 128, i % 2 == 0, torch.float16, seed=40 + i)) for i in range(3)]
+    choice = plans[0].choice(m)
+    assert choice.spec.stream
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert _runtime.get_kernel(choice.spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
+    x = randn(m, k, dtype=torch.float16, seed=7)
+
+    def chain(sync):
+        y = x
+        outs = []
+        for i in range(12):
+            y = plans[i % 3](y)  # links 2j -> 2j + 1 follow each other directly
+            if i % 2 == 1:  # torch kernels between the others, keeping the values in range
+                y = y / y.abs().amax().clamp_min(1e-3)
+            outs.append(y)
+            if sync:
+                torch.cuda.synchronize()
+        return outs
+
+    expected = [o.clone() for o in chain(True)]
+    assert all(torch.isfinite(o).all() for o in expected)
+    got = chain(False)
+    torch.cuda.synchronize()
+    for e, g in zip(expected, got):
+        assert torch.equal(e, g)
+    graph = torch.cuda.CUDAGraph()
+    chain(False)  # warm-up off the graph (allocations)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = chain(False)
+    for _ in range(3):
+        for c in captured:
+            c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for e, c in zip(expected, captured):
+            assert torch.equal(e, c)
+
+
 def _gemm_specs(dtype, bits):
     """Every tiled GEMM of the catalog for this type and width, plus the arch-75 (two-stage,
     m16n8k8) ones for FP16."""

@@ -95,6 +95,13 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
             raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
 
     @property
+    def programmatic_launch(self) -> bool:
+        """The decode variant waits for the stream's previous kernel itself (griddepcontrol.wait before
+        any memory access, in builds for sm90 and later), so the runtime may launch it with
+        programmatic stream serialization: its CTAs start while that kernel's last ones finish."""
+        return self.stream
+
+    @property
     def tile(self) -> tuple:
         """(rows, columns) of a CTA's output: the unit a split-K launch's partial buffer is sized by
         (qgemm.fpaintb.StreamKBuffers; only the stream variant splits K over CTAs)."""

@@ -1,0 +1,44 @@
+"""Launch configuration without a GPU: which kernels get programmatic dependent launch, and the
+launch attributes the driver receives."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from cutlass_gen.families.fpaintb import FpAIntBGemmSpec, FpAIntBGemvSpec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from qgemm import _driver, _runtime
+
+DECODE = FpAIntBGemvSpec("f16", 4, arch=80, stream=True, n_tiles=2, warps_k=8, prefetch=2, min_warps_per_sm=16,
+                         rows8=True)
+
+
+@pytest.mark.parametrize("spec, target_sm, expected", [
+    (DECODE, 90, True),                                   # waits for the previous kernel itself (sm90 build)
+    (DECODE, 80, False),                                  # the sm80 build has no griddepcontrol
+    (FpAIntBGemvSpec("f16", 4), 90, False),               # the B-operand small-M kernel does not wait
+    (FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 90, False),
+    (W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"), 90, False),
+])
+def test_programmatic_launch_only_for_kernels_that_wait(monkeypatch, spec, target_sm, expected):
+    kernel = types.SimpleNamespace(spec=spec, target_sm=target_sm)
+    monkeypatch.setattr(_runtime, "PROGRAMMATIC_LAUNCH", True)
+    assert _runtime.Kernel.programmatic_launch.fget(kernel) is expected
+    monkeypatch.setattr(_runtime, "PROGRAMMATIC_LAUNCH", False)  # QGEMM_PDL=0
+    assert _runtime.Kernel.programmatic_launch.fget(kernel) is False
+
+
+def test_launcher_attributes(monkeypatch):
+    cu = pytest.importorskip("cuda.bindings.driver")
+    monkeypatch.setattr(_driver, "driver", lambda: cu)  # the types only: no cuInit
+    ids = cu.CUlaunchAttributeID
+    plain = _driver.Launcher(None, (256, 1, 1))
+    assert plain._config.numAttrs == 0
+    pdl = _driver.Launcher(None, (256, 1, 1), programmatic=True)
+    assert [a.id for a in pdl._config.attrs] == [ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert pdl._config.numAttrs == 1 and pdl._config.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    both = _driver.Launcher(None, (384, 1, 1), (2, 1, 1), programmatic=True)
+    assert [a.id for a in both._config.attrs] == [ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                                  ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert both._config.numAttrs == 2 and both._config.attrs[0].value.clusterDim.x == 2

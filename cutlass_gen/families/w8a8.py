@@ -347,7 +347,7 @@ def w8a8_sm90_configs(block_size: int) -> list[tuple]:
 def w8a8_sm90_alternate(scheme: str, block_size: int, tile: tuple, swap_ab: bool) -> bool:
     """Whether the kernel of a configuration has its warp groups take turns on the tensor cores
     (W8A8Sm90Spec.alternate): measured faster on the H100 for the asymmetric scheme at block 128 on
-    the 128 x 128 tile (4-5% at M = 4096, benchmarks/README.md), slower for the symmetric one; block
+    the 128 x 128 tile (2-5% at M = 4096, benchmarks/README.md), slower for the symmetric one; block
     sizes 32, 64 and 256 were not measured."""
     return scheme == "asymmetric" and block_size == 128 and tuple(tile) == (128, 128) and not swap_ab
 

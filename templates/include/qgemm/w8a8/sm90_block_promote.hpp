@@ -111,7 +111,7 @@ CUTLASS_DEVICE void cp_async_float(float* smem, float const* gmem, bool valid) {
 // softmax against the other warp group's GEMMs the same way). Left free, both wait for the same
 // stage, issue together and share the tensor cores, so they also promote together. Measured on
 // the H100 (benchmarks/README.md): the asymmetric scheme, whose promotion is five FP32 operations
-// per element, gains 4-5% at M = 4096; the symmetric one (two) loses 10-15%, because one warp
+// per element, gains 2-5% at M = 4096; the symmetric one (two) loses 10-15%, because one warp
 // group's 64 x 128 WGMMAs alone run the tensor cores at about half their rate, and strict turns
 // leave them there.
 template <int Stages, class ClusterShape_, class KernelSchedule, class Scheme_, class TileShape_,

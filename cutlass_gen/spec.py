@@ -58,6 +58,13 @@ class KernelSpec:
     DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 
     @property
+    def programmatic_launch(self) -> bool:
+        """Whether the kernel waits for the stream's previous kernel itself (griddepcontrol.wait
+        before any memory access), so the runtime may launch it with programmatic stream
+        serialization (qgemm._runtime.Kernel.programmatic_launch). Kernels that do override this."""
+        return False
+
+    @property
     def input_ctype(self) -> str:
         return ctype(self.input)
 

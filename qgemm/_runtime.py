@@ -63,7 +63,7 @@ class Kernel:
         """Launch with programmatic stream serialization: the spec's kernel waits for the previous
         kernel itself (KernelSpec.programmatic_launch), it was built for sm90 or later, where that
         wait exists, and QGEMM_PDL is not 0."""
-        return PROGRAMMATIC_LAUNCH and self.target_sm >= 90 and getattr(self.spec, "programmatic_launch", False)
+        return PROGRAMMATIC_LAUNCH and self.target_sm >= 90 and self.spec.programmatic_launch
 
     def plan(self, problem: QgemmProblem) -> QgemmLaunch:
         status, launch = self.host.plan(problem)

@@ -52,6 +52,8 @@
 
 //   ext[2]         K-blocks per CTA (the K slice); ceil(K / bs / ext[2]) <= 8 = launch.grid[1]
 
+//   ext[3]         l2_prefetch: bytes of each CTA's weight prefetched into L2 before it waits for the
+//                  previous kernel (sm90 builds; 0: none)
 //   ptr[0], ld[0]  x cutlass::half_t [M, K] row-major
 //   ptr[1], ld[1]  Wq int8 [N, K] row-major, 16-byte aligned rows
 
@@ -118,6 +120,7 @@ struct Params {
   int block_size, blocks, slice_blocks, splits, tiles_n;
   int activation;
   float lo, hi;
+  int l2_prefetch;  // bytes of the CTA's weight to prefetch into L2 before griddepcontrol.wait (sm90; 0: none)
 };
 
 // Shared memory of a CTA whose slice has `slice_blocks` blocks of `bs`: x codes (16 rows, each
@@ -198,6 +201,8 @@ struct Adapter {
     params.activation = int(p.ext[1]);
     params.lo = p.scalar[0];
     params.hi = p.scalar[1];
+    int64_t const prefetch = p.ext[3];
+    params.l2_prefetch = int(prefetch < 0 ? 0 : prefetch > (1 << 30) ? (1 << 30) : prefetch);
     bool set = params.x && params.w && params.sw && params.out;
     if (kAsymmetric) set = set && params.ow && params.v;
     if (kCluster == 0 && params.splits > 1) set = set && params.partial && params.counters;
@@ -424,6 +429,28 @@ struct Adapter {
     Smem const s = Smem::of(nblocks, kBs);
     int const col0 = blockIdx.x * kTileN, wcol = warp * kWarpN;
     int64_t const wcol0 = col0 + wcol;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Programmatic dependent launch (W8A8GemvSpec.programmatic_launch): launched with programmatic
+    // stream serialization, this grid's CTAs may become resident while the previous kernel on the
+    // stream still runs. They wait here, before any load, until that kernel has finished and its
+    // writes are visible, then let the next kernel do the same (no-ops in a plain launch). Before
+    // waiting, the CTA asks for p.l2_prefetch bytes of its weight slice in L2 (one bulk prefetch per
+    // column, thread t taking column t), after the kDepth - 1 chunks the ring loads first (so that
+    // when the previous kernel has already finished, the prefetch does not race those loads for the
+    // same lines): safe whatever the previous kernel writes, as a prefetch only fills L2, where every
+    // SM's stores meet, and the CTA's own loads come after the wait.
+    if (p.l2_prefetch > 0 && threadIdx.x < kTileN && col0 + int(threadIdx.x) < p.n) {
+      int const skip = (kDepth - 1) * kChunkK;
+      int const share = min(p.l2_prefetch / kTileN / 16 * 16, k_end - k_begin - skip);
+      if (share >= 16) {
+        int8_t const* at = p.w + (col0 + int64_t(threadIdx.x)) * p.ldw + k_begin + skip;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(uint32_t(share)) : "memory");
+      }
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 
     // The first kDepth - 1 chunks' loads go out before the quantization, so DRAM is busy meanwhile.
     WeightStream const ws = weight_stream(p, wcol0, k_begin, k_end);

@@ -18,6 +18,8 @@ Outputs are poisoned with NaN before each launch, so an unwritten element fails.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -280,8 +282,34 @@ def test_decode_variant_graph_two_streams_and_nan():
             assert not torch.isnan(y[1:]).any()
 
 
+@pytest.mark.parametrize("bits", (4, 8))
+def test_decode_variant_l2_prefetch(bits):
+    """L2 prefetch before the wait (FpAIntBChoice.l2_prefetch; sm90 builds) moves bytes into L2 and
+    nothing else, so the output must equal the same choice's without it, bit for bit: at N = 8 (the
+    CTA's other column groups past N are not prefetched), N = 40 (the last CTA part past N), K ending
+    on a half block, split-K (each split prefetches its own blocks), and byte counts below one 16-byte
+    unit per column group (no prefetch), around one block and beyond the CTA's whole slice (clamped).
+    The choice without prefetch is compared with the float64 reference (test_decode_variant's bound)."""
+    for n, k, group_size in ((8, 320, 64), (40, 8320, 128), (264, 4096, 128)):
+        weight = random_weight(k, n, bits, group_size if bits == 4 else k, True, torch.float16, seed=n + k)
+        plan = qgemm.FpAIntBPlan(weight, bias=randn(n, dtype=torch.float16, seed=n))
+        for m in (1, 3, 8):
+            x = randn(m, k, dtype=torch.float16, seed=m + k)
+            base = plan.choice(m)
+            assert base.spec.stream, base
+            for ctas_per_sm in (0, 8):
+                plain = heuristics.FpAIntBChoice(base.spec, ctas_per_sm)
+                expected = run(plan, x, plain)
+                err = rel_err(expected, reference(x, weight, plan.bias))
+                assert err < BOUND[torch.float16], (base.spec.name, m, n, k, ctas_per_sm, err)
+                for nbytes in (16, 4096, 1 << 20):
+                    choice = heuristics.FpAIntBChoice(base.spec, ctas_per_sm, l2_prefetch=nbytes)
+                    assert torch.equal(run(plan, x, choice), expected), (base.spec.name, m, n, k, ctas_per_sm, nbytes)
+
+
+@pytest.mark.parametrize("l2_prefetch", (0, 16384))
 @pytest.mark.parametrize("m", (1, 8))
-def test_decode_variant_programmatic_launch_chain(m):
+def test_decode_variant_programmatic_launch_chain(m, l2_prefetch):
     """On sm90 the decode variant is launched with programmatic stream serialization: its CTAs may
     start while the previous kernel finishes, and wait for it before reading anything. A chain where
     each call reads the previous call's output (eager, with torch kernels between every other pair of
@@ -290,7 +318,7 @@ def test_decode_variant_programmatic_launch_chain(m):
     from qgemm import _runtime
     n = k = 1024
     plans = [qgemm.FpAIntBPlan(random_weight(k, n, 4, 128, i % 2 == 0, torch.float16, seed=40 + i)) for i in range(3)]
-    choice = plans[0].choice(m)
+    choice = dataclasses.replace(plans[0].choice(m), l2_prefetch=l2_prefetch)
     assert choice.spec.stream
     if torch.cuda.get_device_capability() == (9, 0):
         assert _runtime.get_kernel(choice.spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
@@ -300,7 +328,7 @@ def test_decode_variant_programmatic_launch_chain(m):
         y = x
         outs = []
         for i in range(12):
-            y = plans[i % 3](y)  # links 2j -> 2j + 1 follow each other directly
+            y = plans[i % 3](y, choice=choice)  # links 2j -> 2j + 1 follow each other directly
             if i % 2 == 1:  # torch kernels between the others, keeping the values in range
                 y = y / y.abs().amax().clamp_min(1e-3)
             outs.append(y)

@@ -11,6 +11,8 @@ Outputs are poisoned (NaN) before each launch; inputs are fresh random numbers w
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -246,6 +248,75 @@ def test_cluster_variants_graph_and_streams(variant, scheme):
     torch.cuda.synchronize()
     for i, o in enumerate(outs):
         assert torch.equal(o, expected[i % 2])
+
+
+@pytest.mark.parametrize("variant", list(heuristics.W8A8_GEMV_VARIANTS))
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_l2_prefetch_changes_nothing(scheme, variant):
+    """L2 prefetch before the wait (W8A8GemvChoice.l2_prefetch; sm90 builds) moves bytes into L2 and
+    nothing else: the output equals the same choice's without it, bit for bit, in every variant,
+    at N = 4 (the CTA's columns past N not prefetched), with split-K slices and block 32, for byte
+    counts below one 16-byte unit per column (no prefetch), a few rows and past the slice (clamped).
+    The choice without prefetch is checked against the float64 reference by _check."""
+    _skip_unless_target(variant)
+    for m, n, k, block_size in ((1, 4, 256, 32), (3, 264, 7168, 128), (16, 2112, 7168, 128)):
+        plan = _check(m, n, k, block_size, scheme, torch.float16, variant=variant)
+        x = randn(m, k, dtype=torch.float16)
+        base = dataclasses.replace(plan._gemv.choice(m, x.dtype, variant=variant), l2_prefetch=0)
+        expected, _ = _run(plan, x, base)
+        for nbytes in (16, 8192, 1 << 20):
+            choice = dataclasses.replace(base, l2_prefetch=nbytes)
+            assert torch.equal(_run(plan, x, choice)[0], expected), (variant, m, n, k, nbytes)
+
+
+@pytest.mark.parametrize("l2_prefetch", (0, 16384))
+@pytest.mark.parametrize("variant", [None, "narrow_cl8"])
+def test_programmatic_launch_chain(variant, l2_prefetch):
+    """On sm90 the fused kernel is launched with programmatic stream serialization: its CTAs may start
+    while the previous kernel finishes and wait for it before any load. A chain where each call reads
+    the previous call's output (torch kernels between every other pair of links; eager and replayed
+    from a CUDA graph) must equal the same chain with the GPU synchronized after every call."""
+    from qgemm import _runtime
+    if variant is not None:
+        _skip_unless_target(variant)
+    n = k = 2048
+    # Weights of order 1 / K keep each link's output of the order of its input (x's mean is not zero).
+    plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k) / k, 128, scheme="symmetric"),
+                                out_dtype=torch.float16) for _ in range(3)]
+    x = randn(1, k, dtype=torch.float16)
+    choice = dataclasses.replace(plans[0]._gemv.choice(1, x.dtype, variant=variant), l2_prefetch=l2_prefetch)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert _runtime.get_kernel(choice.spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
+
+    def chain(sync):
+        y, outs = x, []
+        for i in range(12):
+            y = plans[i % 3]._call_gemv(y, None, 1, choice=choice)  # links 2j -> 2j + 1 follow each other
+            if i % 2 == 1:  # torch kernels between the others, keeping the values in range
+                y = y / y.abs().amax().clamp_min(1e-3)
+            outs.append(y)
+            if sync:
+                torch.cuda.synchronize()
+        return outs
+
+    expected = [o.clone() for o in chain(True)]
+    assert all(torch.isfinite(o).all() for o in expected)
+    got = chain(False)
+    torch.cuda.synchronize()
+    for e, g in zip(expected, got):
+        assert torch.equal(e, g)
+    graph = torch.cuda.CUDAGraph()
+    chain(False)  # warm-up off the graph (allocations)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = chain(False)
+    for _ in range(3):
+        for c in captured:
+            c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for e, c in zip(expected, captured):
+            assert torch.equal(e, c)
 
 
 def test_deterministic_across_calls():

@@ -13,7 +13,7 @@ from . import fpaintb_layout
 # layout, so a plan fills one problem for all three; the Sm90 kernel's ext differs).
 FPAINTB_PTR = ("x", "w", "scale", "zero", "bias", "out", "partial")
 FPAINTB_LD = ("ld_x", "ld_w", "ld_out")
-FPAINTB_SLOTS = Slots(ptr=FPAINTB_PTR, ld=FPAINTB_LD, ext=("group_size", "activation", "ctas", "raster_group"))
+FPAINTB_SLOTS = Slots(ptr=FPAINTB_PTR, ld=FPAINTB_LD, ext=("group_size", "activation", "ctas", "raster_group", "l2_prefetch"))
 
 
 ACT_TYPES = ("f16", "bf16")

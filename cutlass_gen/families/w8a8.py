@@ -415,8 +415,8 @@ CATALOGS = {
 
 # Its slots: the W8A8 GEMMs' operands (one problem layout for every W8A8 kernel), plus two optional
 # debug dumps of the quantized x that tests compare with act_quant's output.
-W8A8_GEMV_SLOTS = Slots(ptr=W8A8_PTR + ("dump_q", "dump_vec"), ld=W8A8_LD, ext=("block_size", "activation", "slice_blocks"),
-                        scalar=W8A8_SCALAR)
+W8A8_GEMV_SLOTS = Slots(ptr=W8A8_PTR + ("dump_q", "dump_vec"), ld=W8A8_LD, ext=("block_size", "activation", "slice_blocks",
+                                                                     "l2_prefetch"), scalar=W8A8_SCALAR)
 
 
 @dataclass(frozen=True)
@@ -490,6 +490,13 @@ class W8A8GemvSpec(KernelSpec):
 
     def supports_block_size(self, block_size: int) -> bool:
         return block_size in self.BLOCK_SIZES
+
+    @property
+    def programmatic_launch(self) -> bool:
+        """The kernel waits for the stream's previous kernel itself (griddepcontrol.wait before any
+        load, in builds for sm90 and later), so the runtime may launch it with programmatic stream
+        serialization; before waiting it may prefetch its weight into L2 (W8A8GemvChoice.l2_prefetch)."""
+        return True
 
     @property
     def name(self) -> str:

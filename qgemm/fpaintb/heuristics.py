@@ -59,6 +59,7 @@ class FpAIntBChoice:
     spec: FpAIntBGemvSpec | FpAIntBGemmSpec | FpAIntBDequantSpec
     ctas_per_sm: float = 0
     raster_group: int = 1
+    l2_prefetch: int = 0  # decode variant: bytes of each CTA's codes prefetched into L2 before its wait
 
     def __post_init__(self):
         if self.ctas_per_sm < 0 or self.raster_group < 1:
@@ -66,6 +67,9 @@ class FpAIntBChoice:
                              f"{self.raster_group}")
         # (The decode variant of the small-M kernel takes ctas_per_sm too: split-K over CTAs.)
         split_k = isinstance(self.spec, FpAIntBGemvSpec) and self.spec.stream
+        if not isinstance(self.l2_prefetch, int) or not 0 <= self.l2_prefetch <= 1 << 20 or (self.l2_prefetch and not split_k):
+            raise ValueError(f"l2_prefetch is 0 to {1 << 20} bytes, and only for the decode variant "
+                             f"(FpAIntBGemvSpec stream=True), got {self.l2_prefetch!r} for {self.spec.name}")
         if not isinstance(self.spec, FpAIntBGemmSpec) and (self.raster_group != 1 or (self.ctas_per_sm and not split_k)):
             raise ValueError(f"ctas_per_sm and raster_group are knobs of the tiled GEMM, not of {self.spec.name}")
 
@@ -122,6 +126,18 @@ FPAINTB_STREAM = {  # bits: (config up to 8 rows, config up to 16 rows)
         dict(n_tiles=2, warps_k=4, min_warps_per_sm=12)),
 }
 FPAINTB_STREAM_WIDE = dict(n_tiles=4, warps_k=4, rows8=True)  # INT4, M <= 8, N >= FPAINTB_STREAM_WIDE_MIN_N
+# Bytes of each CTA's codes the decode variant prefetches into L2 before it waits for the previous
+# kernel (FpAIntBChoice.l2_prefetch; sm90 builds; the prefetch starts after the blocks the warps load
+# first). Measured on an H100 (2026-11-27), INT4 g128 / INT8 per channel at M = 1:
+#   bench_fpaintb.py --decode --plan-only, the six shapes above and Llama-3-8B's four, geomean vs
+#   cuBLAS FP16: none 3.09-3.11x / 1.93-1.94x, 4 KB 3.22x / 1.99x, 8 KB 3.24x / 2.03x, 16 KB
+#   3.20x / 2.07x. There each call follows another decode call, which lets it start early, so the
+#   prefetch runs while that call finishes.
+#   bench_model.py, Llama-3-8B W4A16 decode at batch 1 (compiled; most qgemm calls follow an
+#   Inductor kernel, which does not let them start early, so the prefetch races their own loads):
+#   none 290.2 / 290.9, 4 KB 291.7 / 291.7, 16 KB 278.3 tok/s.
+# 4 KB keeps most of the first gain and costs the model nothing.
+FPAINTB_STREAM_L2_PREFETCH = 4096
 
 
 def fpaintb_stream_choice(m: int, n: int, bits: int, act: str, arch: int) -> FpAIntBChoice:
@@ -129,7 +145,8 @@ def fpaintb_stream_choice(m: int, n: int, bits: int, act: str, arch: int) -> FpA
     config = FPAINTB_STREAM[bits][0 if m <= 8 else 1]
     if bits == 4 and m <= 8 and n >= FPAINTB_STREAM_WIDE_MIN_N:
         config = FPAINTB_STREAM_WIDE
-    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM)
+    return FpAIntBChoice(FpAIntBGemvSpec(act, bits, arch=arch, stream=True, **config), FPAINTB_STREAM_CTAS_PER_SM,
+                         l2_prefetch=FPAINTB_STREAM_L2_PREFETCH)
 
 
 def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_count: int) -> FpAIntBChoice:

@@ -332,7 +332,8 @@ class FpAIntBPlan(Plan):
             p.m = m
             self._set(p, x=x.data_ptr(), bias=self._bias_ptr(), out=out.data_ptr(),
                       partial=partial.data_ptr() if partial is not None else None, ld_x=w.k, ld_out=w.n,
-                      activation=ACTIVATIONS[self.activation], ctas=ctas, raster_group=choice.raster_group)
+                      activation=ACTIVATIONS[self.activation], ctas=ctas, raster_group=choice.raster_group,
+                      l2_prefetch=choice.l2_prefetch)
 
         self._launch(kernel, launch, self._problem, fill, counters)
         return out

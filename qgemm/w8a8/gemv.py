@@ -78,7 +78,7 @@ class W8A8GemvLauncher:
         with self._lock:
             p = self._problem
             p.m = m
-            SLOTS.write(p, slice_blocks=choice.slice_blocks)
+            SLOTS.write(p, slice_blocks=choice.slice_blocks, l2_prefetch=choice.l2_prefetch)
             launch = kernel.plan(p)
         return kernel, launch, choice
 
@@ -102,7 +102,7 @@ class W8A8GemvLauncher:
         with self._lock:
             p = self._problem
             p.m = m
-            SLOTS.write(p, slice_blocks=choice.slice_blocks, x=x.data_ptr(), partial=partial or None, out=out.data_ptr(),
+            SLOTS.write(p, slice_blocks=choice.slice_blocks, l2_prefetch=choice.l2_prefetch, x=x.data_ptr(), partial=partial or None, out=out.data_ptr(),
                         dump_q=dump[0].data_ptr() if dump is not None else None,
                         dump_vec=dump[1].data_ptr() if dump is not None else None)
             kernel.launch(p, launch, self._device_index, stream, counters, self._call)

@@ -7,6 +7,7 @@ padding in M); large M wants the big tile (fewer re-reads of A and B).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -205,12 +206,15 @@ class W8A8GemvChoice:
 
     spec: W8A8GemvSpec
     slice_blocks: int
+    l2_prefetch: int = 0  # bytes of each CTA's weight prefetched into L2 before its wait (sm90)
 
     def __post_init__(self):
         if not isinstance(self.spec, W8A8GemvSpec):
             raise TypeError(f"spec must be a W8A8GemvSpec, got {type(self.spec).__name__}")
         if not isinstance(self.slice_blocks, int) or self.slice_blocks < 1:
             raise ValueError(f"slice_blocks must be an int >= 1, got {self.slice_blocks!r}")
+        if not isinstance(self.l2_prefetch, int) or not 0 <= self.l2_prefetch <= 1 << 20:
+            raise ValueError(f"l2_prefetch must be an int in [0, {1 << 20}] (bytes), got {self.l2_prefetch!r}")
 
 
 # Measured on an H100 (device_w8dec.sh, 2026-11-25; six shapes, rotated weights, CUDA graphs; us,
@@ -281,6 +285,26 @@ def w8a8_gemv_choice(m: int, n: int, k: int, block_size: int, input: str, scheme
                      target_sm: int = 80) -> W8A8GemvChoice:
     """The decode kernel for M rows and its K slice. `variant` (a W8A8_GEMV_VARIANTS key) forces one;
     a cluster variant raises ValueError where K does not fit its 8 slices or the target is below sm90."""
+    choice = _w8a8_gemv_choice(m, n, k, block_size, input, scheme, output, sm_count, variant, ctas_per_sm, target_sm)
+    return dataclasses.replace(choice, l2_prefetch=W8A8_GEMV_L2_PREFETCH[scheme])
+
+
+# Bytes of each CTA's weight the fused decode kernel prefetches into L2 before it waits for the previous
+# kernel (W8A8GemvChoice.l2_prefetch; sm90 builds; after the chunks the ring loads first). H100
+# (2026-11-27), bench_w8a8.py --decode --m 1, the three shapes the fused kernel takes (4096x4096,
+# 2112x7168, 7168x2048), us, none / 4 / 8 / 16 KB, two runs:
+#   symmetric   10.7 / 10.3 / 10.5 / 10.1,  10.6 / 10.5 / 10.3 / 10.1,  9.3 / 9.2 / 9.2 / 9.0
+#   asymmetric  11.7 / 12.0 / 11.8 / 11.6,  11.2 / 11.3 / 11.1 / 11.5,  9.9 / 10.3 / 10.3 / 10.2
+# 2-5% on the symmetric kernel in that benchmark (each call follows another, which lets it start
+# early), none on the asymmetric one (it also stages three column vectors per block). In a model most
+# calls follow a kernel that does not let them start early, and there the FpA x IntB decode kernel
+# lost 4% with 16 KB and nothing with 4 KB (FPAINTB_STREAM_L2_PREFETCH). The W8A8 model was not
+# measured both ways, so the prefetch stays off here; the knob is W8A8GemvChoice.l2_prefetch.
+W8A8_GEMV_L2_PREFETCH = {"symmetric": 0, "asymmetric": 0}
+
+
+def _w8a8_gemv_choice(m, n, k, block_size, input, scheme, output, sm_count, variant, ctas_per_sm,
+                      target_sm) -> W8A8GemvChoice:
     chosen = variant
     if variant is None:
         variant = "narrow" if m <= W8A8_GEMV_NARROW_MAX_M else "wide"

@@ -36,6 +36,7 @@ bandwidth, per M and configuration.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import torch
@@ -157,8 +158,10 @@ def old_decode_choice(m: int, n: int, k: int, bits: int, sm_count: int):
     return heuristics.fpaintb_gemm_choice(m, n, k, bits, "f16", 80, sm_count)
 
 
-def run_decode(shapes, ms, bf16: bool = True) -> dict:
-    """Issue 16's decode table (module docstring, --decode)."""
+def run_decode(shapes, ms, bf16: bool = True, l2_prefetch=(), plan_only: bool = False) -> dict:
+    """Issue 16's decode table (module docstring, --decode). l2_prefetch: byte counts to time the
+    plan's decode-variant choice with (FpAIntBChoice.l2_prefetch); plan_only: no old path and no
+    per-configuration columns."""
     from cutlass_gen.families.fpaintb import fpaintb_stream_configs
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -167,8 +170,9 @@ def run_decode(shapes, ms, bf16: bool = True) -> dict:
     split = heuristics.FPAINTB_STREAM_CTAS_PER_SM or 8
     stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c), ctas)
                      for c in fpaintb_stream_configs(bits) for ctas in (0, split)] for bits in (4, 8)}
-    specs = {c.spec for cs in stream.values() for c in cs}
-    specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}
+    specs = set() if plan_only else {c.spec for cs in stream.values() for c in cs}
+    if not plan_only:
+        specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}
     target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
     build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
     rows = []
@@ -187,10 +191,16 @@ def run_decode(shapes, ms, bf16: bool = True) -> dict:
             row = {"m": m, "n": n, "k": k}
             for bits, ps in plans.items():
                 old = old_decode_choice(m, n, k, bits, sm_count)
-                times = {"old:" + label(old): timed_rotating([lambda p=p: p(x, choice=old) for p in ps])}
-                for c in stream[bits]:
+                times = {}
+                if not plan_only:
+                    times["old:" + label(old)] = timed_rotating([lambda p=p: p(x, choice=old) for p in ps])
+                for c in () if plan_only else stream[bits]:
                     times[label(c)] = timed_rotating([lambda p=p, c=c: p(x, choice=c) for p in ps])
                 times["plan:" + label(ps[0].choice(m))] = timed_rotating([lambda p=p: p(x) for p in ps])
+                chosen = ps[0].choice(m)
+                for nbytes in l2_prefetch if getattr(chosen.spec, "stream", False) else ():
+                    c = dataclasses.replace(chosen, l2_prefetch=nbytes)
+                    times[f"plan+l2p{nbytes >> 10}k"] = timed_rotating([lambda p=p, c=c: p(x, choice=c) for p in ps])
                 row[f"int{bits}"] = times
             row["cublas_us"] = timed_rotating([lambda v=v: torch.matmul(x, v.t()) for v in ws])
             xb = x.to(torch.bfloat16)
@@ -286,10 +296,14 @@ def main():
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
     ap.add_argument("--decode", action="store_true", help="issue 16's decode table (M = 1, 4, 16 unless --m)")
+    ap.add_argument("--l2-prefetch", type=int, action="append", metavar="BYTES",
+                    help="--decode: also time the plan's decode-variant choice with this L2 prefetch per CTA")
+    ap.add_argument("--plan-only", action="store_true", help="--decode: only the plan and the peers")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
     if args.decode:
-        result = run_decode(shapes[:1] if args.quick else shapes, args.m or [1, 4, 16], not args.no_bf16)
+        result = run_decode(shapes[:1] if args.quick else shapes, args.m or [1, 4, 16], not args.no_bf16,
+                            tuple(args.l2_prefetch or ()), args.plan_only)
         with open(args.json, "w") as f:  # not a qgemm.bench table: plain JSON
             json.dump(result, f, indent=1, default=str)
         print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "

@@ -669,7 +669,15 @@ def main(argv=None):
                     help="with --prebuild-only: also tests/test_minilm_gpu.py's kernels at this M (tokens)")
     ap.add_argument("--json")
     ap.add_argument("--png")
+    ap.add_argument("--l2-prefetch", type=int, default=None, metavar="BYTES",
+                    help="the decode kernels' L2 prefetch per CTA before their wait, in place of the heuristics' "
+                         "(FPAINTB_STREAM_L2_PREFETCH, W8A8_GEMV_L2_PREFETCH): an A/B knob")
     args = ap.parse_args(argv)
+    if args.l2_prefetch is not None:
+        from qgemm.fpaintb import heuristics as fpaintb_heuristics
+        from qgemm.w8a8 import heuristics as w8a8_heuristics
+        fpaintb_heuristics.FPAINTB_STREAM_L2_PREFETCH = args.l2_prefetch
+        w8a8_heuristics.W8A8_GEMV_L2_PREFETCH = dict.fromkeys(w8a8_heuristics.W8A8_GEMV_L2_PREFETCH, args.l2_prefetch)
     if args.batch and (0 in args.batch and len(args.batch) > 1 or min(args.batch) < 0):
         ap.error(f"--batch: batch sizes >= 1, or a single 0 for no decode; got {args.batch}")
     batches = [] if args.batch == [0] else (args.batch or [1, 16])

@@ -165,6 +165,8 @@ def main():
                     help="decode table instead: the fused W8A8 GEMV kernel vs today's path vs fp16, M = 1, 4, 16")
     ap.add_argument("--decode-sweep", action="store_true",
                     help="with --decode: time every GEMV variant x CTAs/SM at M = 1 and 16")
+    ap.add_argument("--l2-prefetch", type=int, action="append", metavar="BYTES",
+                    help="with --decode: also time the fused kernel's choice with this L2 prefetch per CTA")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in nk.split("x")) for nk in args.nk] if args.nk else SHAPES_NK
     shapes = shapes[:2] if args.quick else shapes

@@ -8,6 +8,7 @@ least 4x the L2 size (qgemm/bench/timing.py); `fused_warm_us` repeats one copy (
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -39,12 +40,13 @@ def _vector_bytes(n: int, k: int, scheme: str) -> int:
     return 3 * 4 * n * blocks if scheme == "asymmetric" else 4 * -(-n // 128) * blocks
 
 
-def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
+def decode_shape(n: int, k: int, ms, bw: float, sweep: bool, l2_prefetch=()) -> list[dict]:
     """Per scheme: `fused` = plan(x) with launch_mode "auto" (M <= heuristics.W8A8_GEMV_MAX_M runs
     the fused W8A8GemvSpec kernel), `today` = plan(x) with launch_mode "sm90" (act_quant, then the
     swapped Sm90 GEMM), cuBLAS FP16, and two floors: the issue's (int8 x + int8 weight + FP16 out)
     and the same plus the weight's per-block vectors (asymmetric: sw, ow, v = 12 bytes per column
-    and block, ~9% of the weight at block 128). With `sweep`, every variant x CTAs per SM."""
+    and block, ~9% of the weight at block 128). With `sweep`, every variant x CTAs per SM; per byte
+    count in `l2_prefetch`, the fused kernel's choice with that L2 prefetch (W8A8GemvChoice.l2_prefetch)."""
     torch.manual_seed(0)
     w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
     copies = rotation_count(n * k)
@@ -69,6 +71,10 @@ def decode_shape(n: int, k: int, ms, bw: float, sweep: bool) -> list[dict]:
                 row["kernel"] = c.spec.name
                 row["slice_blocks"] = c.slice_blocks
                 row["fused_GBps"] = (n * k + _vector_bytes(n, k, scheme)) / (row["fused_us"] * 1e-6) / 1e9
+                for nbytes in l2_prefetch:
+                    cp = dataclasses.replace(c, l2_prefetch=nbytes)
+                    row[f"l2p{nbytes >> 10}k_us"] = timed_rotating([lambda p=p, cp=cp: p._call_gemv(x, None, m, choice=cp)
+                                                                   for p in fused])
             if sweep and m in DECODE_SWEEP_MS:
                 row["sweep"] = {}
                 for variant, config in heuristics.W8A8_GEMV_VARIANTS.items():
@@ -99,6 +105,9 @@ def _fmt_decode(r: dict) -> str:
             f"{_ratio(r['fp16_us'], r['fused_us']):>6.2f}x {_ratio(r['fp16_us'], r['today_us']):>6.2f}x "
             f"{_ratio(r['fused_us'], r['floor_us']):>6.2f} {_ratio(r['fused_us'], r['floor_vec_us']):>8.2f} "
             f"{r.get('fused_GBps', math.nan):>6.0f} | {r.get('kernel', '-')} sb={r.get('slice_blocks', '-')}")
+    prefetch = [key for key in r if key.startswith("l2p")]
+    if prefetch:
+        line += "\n      L2 prefetch: " + " ".join(f"{key[:-3]}={r[key]:.1f}" for key in prefetch)
     if "sweep" in r:
         best = min(r["sweep"], key=lambda key: r["sweep"][key] if not math.isnan(r["sweep"][key]) else math.inf)
         line += "\n      sweep: " + " ".join(f"{key}={t:.1f}" for key, t in r["sweep"].items()) + f"  best {best}"
@@ -127,7 +136,7 @@ def run_decode(args, shapes) -> None:
     print(DECODE_HEADER)
     rows = []
     for n, k in shapes:
-        rows += decode_shape(n, k, ms, bw, args.decode_sweep)
+        rows += decode_shape(n, k, ms, bw, args.decode_sweep, tuple(args.l2_prefetch or ()))
         with open(args.json, "w") as f:  # after every shape: a run cut short keeps what it measured
             json.dump({"device": torch.cuda.get_device_name(), "copy_bandwidth_GBps": bw / 1e9,
                        "l2_bytes": l2_bytes(), "decode": rows}, f, indent=1)

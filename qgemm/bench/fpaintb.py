@@ -65,6 +65,7 @@ def label(choice) -> str:
     extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
     extra += "s" if getattr(spec, "stream", False) else ""  # the decode variant
     extra += f"c{choice.ctas_per_sm:g}" if getattr(choice, "ctas_per_sm", 0) else ""  # its split-K over CTAs
+    extra += f"l2p{choice.l2_prefetch >> 10}k" if getattr(choice, "l2_prefetch", 0) else ""  # its L2 prefetch
     return f"m{16 * spec.m_tiles}n{8 * spec.n_tiles}wk{spec.warps_k}{occupancy}{extra}"
 
 

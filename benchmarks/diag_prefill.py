@@ -7,6 +7,7 @@ of activation quantization + GEMM, and the kernels the plans chose. For Nsight C
         python benchmarks/diag_prefill.py --m 2048 --nk 4096x14336 --once
 """
 import argparse
+import dataclasses
 
 import torch
 
@@ -16,16 +17,29 @@ from cutlass_gen.families.w8a8 import W8A8Sm90Spec
 from qgemm.w8a8.heuristics import W8A8Sm90Choice
 from timing import bench_graph
 
-# --candidates: W8A8 Sm90 configurations beside the plan's choice (FP16 out, clamp epilogue), by name:
-# (schedule, tile, cluster, alternate[, scheduler: persistent]). "alt": the two warp groups take turns
-# on the tensor cores.
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A W8A8 Sm90 configuration --candidates times beside the plan's choice (FP16 out, clamp epilogue).
+    alternate: the two consumer warp groups take turns on the tensor cores."""
+    schedule: str = "cooperative"
+    tile: tuple = (128, 128)
+    cluster: tuple = (1, 1)
+    alternate: bool = False
+    scheduler: str = "persistent"
+
+    def spec(self, block_size: int, scheme: str) -> W8A8Sm90Spec:
+        return W8A8Sm90Spec(self.tile, block_size, scheme, "f16", self.schedule, self.scheduler, False, "clamp",
+                            self.cluster, self.alternate)
+
+
+PINGPONG = dict(schedule="pingpong", tile=(64, 128))
 CANDIDATES = {
-    "coop": ("cooperative", (128, 128), (1, 1), False), "coop_c1x2": ("cooperative", (128, 128), (1, 2), False),
-    "coop_c2x1": ("cooperative", (128, 128), (2, 1), False),
-    "pp": ("pingpong", (64, 128), (1, 1), False), "pp_c1x2": ("pingpong", (64, 128), (1, 2), False),
-    "coop_alt": ("cooperative", (128, 128), (1, 1), True), "coop_c2x1_alt": ("cooperative", (128, 128), (2, 1), True),
-    "coop_sk": ("cooperative", (128, 128), (1, 1), False, "streamk"),
-    "coop_sk_alt": ("cooperative", (128, 128), (1, 1), True, "streamk")}
+    "coop": Candidate(), "coop_c1x2": Candidate(cluster=(1, 2)), "coop_c2x1": Candidate(cluster=(2, 1)),
+    "pp": Candidate(**PINGPONG), "pp_c1x2": Candidate(**PINGPONG, cluster=(1, 2)),
+    "coop_alt": Candidate(alternate=True), "coop_c2x1_alt": Candidate(cluster=(2, 1), alternate=True),
+    "coop_sk": Candidate(scheduler="streamk"), "coop_sk_alt": Candidate(alternate=True, scheduler="streamk"),
+}
 
 
 def parse(argv=None):
@@ -49,10 +63,7 @@ def parse(argv=None):
 
 def candidate_specs(args) -> list:
     """The W8A8 Sm90 kernels --candidates names, for this run's block size and scheme."""
-    return [W8A8Sm90Spec(tile, args.block, args.scheme, "f16", schedule, scheduler[0] if scheduler else "persistent",
-                         False, "clamp", cluster, alternate)
-            for schedule, tile, cluster, alternate, *scheduler in
-            (CANDIDATES[c] for c in args.candidates.split(",") if c)]
+    return [CANDIDATES[c].spec(args.block, args.scheme) for c in args.candidates.split(",") if c]
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""Helpers of the GPU tests: relative error, poisoned outputs, fresh random inputs."""
+"""Helpers of the GPU tests: relative error, poisoned outputs, fresh random inputs, dependent call chains."""
 from __future__ import annotations
 
 import torch
@@ -23,3 +23,41 @@ def randn(*shape, dtype=torch.float32, seed=None):
     g.manual_seed(seed if seed is not None else torch.seed() % (1 << 31))
     # A non-zero mean exercises the offset terms; never all zeros.
     return (torch.randn(*shape, generator=g, device="cuda") * 1.5 + 0.3).to(dtype)
+
+
+def check_dependent_chain(link, x: torch.Tensor, links: int = 12):
+    """A chain of `links` calls where each reads the previous call's output, y = link(i, y), with
+    torch kernels between every other pair of links (links 2j -> 2j + 1 follow each other directly),
+    must equal the same chain with the GPU synchronized after every call: eagerly, and replayed from
+    a CUDA graph (outputs poisoned before each replay). Programmatically launched kernels may start
+    while the previous kernel runs; a missing wait would read a half-written input."""
+
+    def chain(sync):
+        y, outs = x, []
+        for i in range(links):
+            y = link(i, y)
+            if i % 2 == 1:  # torch kernels between the others, keeping the values in range
+                y = y / y.abs().amax().clamp_min(1e-3)
+            outs.append(y)
+            if sync:
+                torch.cuda.synchronize()
+        return outs
+
+    expected = [o.clone() for o in chain(True)]
+    assert all(torch.isfinite(o).all() for o in expected)
+    got = chain(False)
+    torch.cuda.synchronize()
+    for e, g in zip(expected, got):
+        assert torch.equal(e, g)
+    graph = torch.cuda.CUDAGraph()
+    chain(False)  # warm-up off the graph (allocations)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = chain(False)
+    for _ in range(3):
+        for c in captured:
+            c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for e, c in zip(expected, captured):
+            assert torch.equal(e, c)

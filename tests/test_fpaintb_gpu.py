@@ -30,7 +30,7 @@ from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
-from gpu_util import randn, rel_err
+from gpu_util import check_dependent_chain, randn, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
@@ -323,37 +323,7 @@ def test_decode_variant_programmatic_launch_chain(m, l2_prefetch):
     if torch.cuda.get_device_capability() == (9, 0):
         assert _runtime.get_kernel(choice.spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
     x = randn(m, k, dtype=torch.float16, seed=7)
-
-    def chain(sync):
-        y = x
-        outs = []
-        for i in range(12):
-            y = plans[i % 3](y, choice=choice)  # links 2j -> 2j + 1 follow each other directly
-            if i % 2 == 1:  # torch kernels between the others, keeping the values in range
-                y = y / y.abs().amax().clamp_min(1e-3)
-            outs.append(y)
-            if sync:
-                torch.cuda.synchronize()
-        return outs
-
-    expected = [o.clone() for o in chain(True)]
-    assert all(torch.isfinite(o).all() for o in expected)
-    got = chain(False)
-    torch.cuda.synchronize()
-    for e, g in zip(expected, got):
-        assert torch.equal(e, g)
-    graph = torch.cuda.CUDAGraph()
-    chain(False)  # warm-up off the graph (allocations)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        captured = chain(False)
-    for _ in range(3):
-        for c in captured:
-            c.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        for e, c in zip(expected, captured):
-            assert torch.equal(e, c)
+    check_dependent_chain(lambda i, y: plans[i % 3](y, choice=choice), x)
 
 
 def _gemm_specs(dtype, bits):

@@ -21,7 +21,7 @@ from cutlass_gen.catalog import catalog
 from qgemm import reference
 from qgemm.w8a8 import heuristics
 
-from gpu_util import randn, rel_err
+from gpu_util import check_dependent_chain, randn, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
@@ -287,36 +287,7 @@ def test_programmatic_launch_chain(variant, l2_prefetch):
     choice = dataclasses.replace(plans[0]._gemv.choice(1, x.dtype, variant=variant), l2_prefetch=l2_prefetch)
     if torch.cuda.get_device_capability() == (9, 0):
         assert _runtime.get_kernel(choice.spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
-
-    def chain(sync):
-        y, outs = x, []
-        for i in range(12):
-            y = plans[i % 3]._call_gemv(y, None, 1, choice=choice)  # links 2j -> 2j + 1 follow each other
-            if i % 2 == 1:  # torch kernels between the others, keeping the values in range
-                y = y / y.abs().amax().clamp_min(1e-3)
-            outs.append(y)
-            if sync:
-                torch.cuda.synchronize()
-        return outs
-
-    expected = [o.clone() for o in chain(True)]
-    assert all(torch.isfinite(o).all() for o in expected)
-    got = chain(False)
-    torch.cuda.synchronize()
-    for e, g in zip(expected, got):
-        assert torch.equal(e, g)
-    graph = torch.cuda.CUDAGraph()
-    chain(False)  # warm-up off the graph (allocations)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        captured = chain(False)
-    for _ in range(3):
-        for c in captured:
-            c.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        for e, c in zip(expected, captured):
-            assert torch.equal(e, c)
+    check_dependent_chain(lambda i, y: plans[i % 3]._call_gemv(y, None, 1, choice=choice), x)
 
 
 def test_deterministic_across_calls():

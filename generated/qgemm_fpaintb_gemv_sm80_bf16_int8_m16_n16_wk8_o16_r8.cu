@@ -41,6 +41,7 @@
 #include "qgemm/fpaintb/convert.h"
 #include "qgemm/fpaintb/layout.h"
 #include "qgemm/fpaintb/mma.h"
+#include "qgemm/pdl.h"
 
 
 namespace qgemm_kernel {

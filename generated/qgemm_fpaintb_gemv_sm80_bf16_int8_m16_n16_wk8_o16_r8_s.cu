@@ -43,6 +43,7 @@
 #include "qgemm/fpaintb/convert.h"
 #include "qgemm/fpaintb/layout.h"
 #include "qgemm/fpaintb/mma.h"
+#include "qgemm/pdl.h"
 
 
 // ---- The decode variant (spec.stream, issue 16) ----------------------------------------------
@@ -492,7 +493,6 @@ struct Adapter {
   // has already finished (it did not let this grid start early), the prefetch and the ring's first
   // loads would race for the same lines, and the loads came out slower (Llama-3-8B decode -1.5%).
   static __device__ __forceinline__ void prefetch_codes(Params const& p, int n0, int first, int count, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int kGroups = kCtaCols / Layout::kInterleave;
     constexpr int kRingBlocks = kWarpsK * (kDepth - 1);  // the blocks the warps load first
     int const group = threadIdx.x;
@@ -500,8 +500,7 @@ struct Adapter {
     int64_t const share = min(int64_t(bytes / kGroups) / 16 * 16, int64_t(count - kRingBlocks) * kBlockBytes);
     if (share < 16) return;
     uint8_t const* at = p.w + (n0 / Layout::kInterleave + group) * p.ldw + int64_t(first + kRingBlocks) * kBlockBytes;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(uint32_t(share)) : "memory");
-#endif
+    qgemm::pdl::prefetch_l2(at, uint32_t(share));
   }
 
   static __device__ void run(Params const& p, char* smem) {
@@ -516,21 +515,17 @@ struct Adapter {
     int const first = split * p.split_blocks;
     int const count = min(p.full_blocks - first, p.split_blocks);
     bool const half = p.half_block && split == p.splits - 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Programmatic dependent launch (FpAIntBGemvSpec.programmatic_launch): launched with
-    // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, this grid's CTAs may become resident
-    // while the previous kernel on the stream still runs (a model's decode step is a chain of
-    // small kernels whose launches and tails otherwise leave the GPU idle). They wait here, before
+    // Programmatic dependent launch (FpAIntBGemvSpec.programmatic_launch; qgemm/pdl.h, sm90 builds):
+    // launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, this grid's CTAs may become
+    // resident while the previous kernel on the stream still runs (a model's decode step is a chain
+    // of small kernels whose launches and tails otherwise leave the GPU idle). They wait here, before
     // any load, until that kernel has finished and its writes are visible; then they let the next
-    // kernel do the same. Both instructions are no-ops in a plain launch.
-    // Before waiting, the CTA asks for the first p.l2_prefetch bytes of its codes in L2, so the
-    // weight streams while the previous kernel finishes. That is safe whatever that kernel writes:
-    // a prefetch only fills L2, the point where every SM's stores meet, and this CTA's own loads
-    // come after the wait.
+    // kernel do the same. Before waiting, the CTA asks for p.l2_prefetch bytes of its codes in L2, so
+    // the weight streams while the previous kernel finishes (safe whatever that kernel writes: see
+    // prefetch_l2).
     if (p.l2_prefetch > 0) prefetch_codes(p, n0, first, count, p.l2_prefetch);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    qgemm::pdl::wait_for_previous_grid();
+    qgemm::pdl::let_next_grid_start();
 
     Lane l;
     l.k0 = kLaneRows * j;

@@ -69,6 +69,7 @@
 
 #include "cutlass/numeric_types.h"
 #include "qgemm/abi_exports.h"
+#include "qgemm/pdl.h"
 #include "qgemm/w8a8/gemv_quant.h"
 #include "qgemm/w8a8/promote_gemm.h"  // IntMma, kBlockBias, block_product, clamp_keep_nan, Store
 
@@ -429,11 +430,10 @@ struct Adapter {
     int const col0 = blockIdx.x * kTileN, wcol = warp * kWarpN;
     int64_t const wcol0 = col0 + wcol;
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Programmatic dependent launch (W8A8GemvSpec.programmatic_launch): launched with programmatic
-    // stream serialization, this grid's CTAs may become resident while the previous kernel on the
-    // stream still runs. They wait here, before any load, until that kernel has finished and its
-    // writes are visible, then let the next kernel do the same (no-ops in a plain launch). Before
+    // Programmatic dependent launch (W8A8GemvSpec.programmatic_launch; qgemm/pdl.h, sm90 builds):
+    // launched with programmatic stream serialization, this grid's CTAs may become resident while the
+    // previous kernel on the stream still runs. They wait here, before any load, until that kernel has
+    // finished and its writes are visible, then let the next kernel do the same. Before
     // waiting, the CTA asks for p.l2_prefetch bytes of its weight slice in L2 (one bulk prefetch per
     // column, thread t taking column t), after the kDepth - 1 chunks the ring loads first (so that
     // when the previous kernel has already finished, the prefetch does not race those loads for the
@@ -442,14 +442,10 @@ struct Adapter {
     if (p.l2_prefetch > 0 && threadIdx.x < kTileN && col0 + int(threadIdx.x) < p.n) {
       int const skip = (kDepth - 1) * kChunkK;
       int const share = min(p.l2_prefetch / kTileN / 16 * 16, k_end - k_begin - skip);
-      if (share >= 16) {
-        int8_t const* at = p.w + (col0 + int64_t(threadIdx.x)) * p.ldw + k_begin + skip;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(uint32_t(share)) : "memory");
-      }
+      if (share >= 16) qgemm::pdl::prefetch_l2(p.w + (col0 + int64_t(threadIdx.x)) * p.ldw + k_begin + skip, uint32_t(share));
     }
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    qgemm::pdl::wait_for_previous_grid();
+    qgemm::pdl::let_next_grid_start();
 
     // The first kDepth - 1 chunks' loads go out before the quantization, so DRAM is busy meanwhile.
     WeightStream const ws = weight_stream(p, wcol0, k_begin, k_end);

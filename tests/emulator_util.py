@@ -45,6 +45,8 @@ def compile_emulated(spec, folder: Path) -> ctypes.CDLL:
     lib.emu_launch.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.c_void_p]
     lib.emu_error.restype = ctypes.c_char_p
     lib.emu_readable.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.emu_prefetchable.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.emu_prefetched.restype = lib.emu_prefetched_block_max.restype = ctypes.c_uint64
     # The launch ABI names a kernel's host functions after its entry (<name>_plan).
     lib.qgemm_plan = getattr(lib, f"{spec.name}_plan")
     lib.qgemm_plan.argtypes = [ctypes.POINTER(QgemmProblem), ctypes.POINTER(QgemmLaunch)]

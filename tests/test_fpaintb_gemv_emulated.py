@@ -35,8 +35,9 @@ class Emulated:
         self.spec = spec
         self.lib = compile_emulated(spec, folder)
 
-    def run(self, x, weight: IntBWeight, scale, bias=None, activation="none", schedule=0, slots=0):
-        """slots > 0: split-K, as the plan asks for it (ext[2]: the CTAs that run at once)."""
+    def run(self, x, weight: IntBWeight, scale, bias=None, activation="none", schedule=0, slots=0, l2_prefetch=0):
+        """slots > 0: split-K, as the plan asks for it (ext[2]: the CTAs that run at once). l2_prefetch:
+        ext[4], bytes per CTA; every prefetch must lie inside the packed weight (emu_prefetchable)."""
         m, k = x.shape
         out = torch.full((m, weight.n), float("nan"), dtype=x.dtype)
         p = QgemmProblem()
@@ -46,7 +47,8 @@ class Emulated:
         p.ptr[4] = bias.data_ptr() if bias is not None else None
         p.ptr[5] = out.data_ptr()
         p.ld[0], p.ld[1], p.ld[2] = k, weight.packed.shape[1], weight.n
-        p.ext[0], p.ext[1], p.ext[2] = weight.group_size, ACTIVATIONS[activation], slots
+        p.ext[0], p.ext[1], p.ext[2], p.ext[4] = weight.group_size, ACTIVATIONS[activation], slots, l2_prefetch
+        self.lib.emu_prefetchable(weight.packed.data_ptr(), weight.packed.numel())
         launch = QgemmLaunch()
         assert self.lib.qgemm_plan(ctypes.byref(p), ctypes.byref(launch)) == 0
         counters = partial = None
@@ -80,13 +82,14 @@ def _weight(k, n, bits, group_size, zeros, dtype, seed):
     return IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zero, bits, group_size, None))
 
 
-def _check(kernel, m, n, k, group_size, zeros, bias=False, activation="none", schedule=0, seed=0, slots=0):
+def _check(kernel, m, n, k, group_size, zeros, bias=False, activation="none", schedule=0, seed=0, slots=0,
+           l2_prefetch=0):
     dtype = DTYPES[kernel.spec.act]
     weight = _weight(k, n, kernel.spec.bits, group_size, zeros, dtype, seed)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(m, k, generator=g).to(dtype)
     b = torch.randn(n, generator=g).to(dtype) if bias else None
-    out = kernel.run(x, weight, weight.scale.to(dtype).contiguous(), b, activation, schedule, slots)
+    out = kernel.run(x, weight, weight.scale.to(dtype).contiguous(), b, activation, schedule, slots, l2_prefetch)
     ref = x.double() @ weight.dequantize().double()
     if b is not None:
         ref = ref + b.double()
@@ -147,3 +150,32 @@ def test_split_k(emulated, spec, group_size, zeros):
             tiles = -(-40 // spec.tile[1]) * -(-m // spec.tile[0])
             splits.add(launch.grid[0] // tiles if launch.workspace_bytes else 1)
     assert max(splits) > 1, splits
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_l2_prefetch_ranges(emulated, spec):
+    """The L2 prefetch before the wait (ext[4], bytes per CTA): each CTA's column groups below N ask
+    for their codes after the blocks the warps' ring loads first, 16-byte aligned, inside the packed
+    weight (the emulator fails a prefetch outside it), at most ext[4] bytes per CTA; with ext[4] past
+    the slice, exactly those codes (summed independently here, with the packed layout's 256 bytes per
+    column group and 128-row block); split-K CTAs prefetch their own blocks; the output is the reference's."""
+    n, k, group_size = 40, 2112, 64  # the last CTA's columns partly past N; 16 whole blocks and a half one
+    kernel = emulated(spec)
+    rows, cols = spec.tile
+    ring = spec.warps_k * spec.prefetch  # blocks the warps load first
+    interleave = 4 if spec.bits == 4 else 2
+    groups = sum(-(-min(cols, n - n0) // interleave) for n0 in range(0, n, cols))  # column groups below N
+    for m in (1, 11):
+        whole = -(-m // rows) * groups * max(0, k // 128 - ring) * 256
+        assert whole > 0
+        for nbytes in (0, 16, 2048, 1 << 20):
+            _check(kernel, m, n, k, group_size, True, seed=m, l2_prefetch=nbytes)
+            total, most = kernel.lib.emu_prefetched(), kernel.lib.emu_prefetched_block_max()
+            assert most <= nbytes, (m, nbytes, most)
+            if nbytes == 1 << 20:
+                assert total == whole, (m, total, whole)
+            elif nbytes < 16 * cols // interleave:  # under one 16-byte unit per column group: none
+                assert total == 0, (m, nbytes, total)
+    for slots in (2, 7):  # split-K: each CTA's own blocks past its ring (none when a split is short)
+        _check(kernel, 1, n, k, group_size, True, slots=slots, l2_prefetch=1 << 20)
+        assert kernel.lib.emu_prefetched() <= whole

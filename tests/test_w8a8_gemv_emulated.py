@@ -37,12 +37,15 @@ class Emulated:
         self.spec = spec
         self.lib = compile_emulated(spec, folder)
 
-    def run(self, x, wq, vectors, bias, out, block_size, slice_blocks, activation="none", schedule=0, dump=None):
+    def run(self, x, wq, vectors, bias, out, block_size, slice_blocks, activation="none", schedule=0, dump=None,
+            l2_prefetch=0):
+        """l2_prefetch: ext[3], bytes per CTA; every prefetch must lie inside wq (emu_prefetchable)."""
         m, k = x.shape
         n = wq.shape[0]
         p = QgemmProblem()
         p.m, p.n, p.k = m, n, k
-        p.ext[0], p.ext[1], p.ext[2] = block_size, int(activation == "silu"), slice_blocks
+        p.ext[0], p.ext[1], p.ext[2], p.ext[3] = block_size, int(activation == "silu"), slice_blocks, l2_prefetch
+        self.lib.emu_prefetchable(wq.data_ptr(), wq.numel())
         p.scalar[0], p.scalar[1] = (0.0, 0.0) if activation == "silu" else reference.clamp_bounds(activation)
         p.ld[0] = p.ld[1] = k
         p.ld[3] = n
@@ -84,7 +87,7 @@ def _weights(n, k, block_size, scheme, seed):
 
 
 def _check(kernel, m, n, k, block_size, slice_blocks, activation="none", with_bias=False, seed=0, schedule=0,
-           nan_row=None):
+           nan_row=None, l2_prefetch=0):
     spec = kernel.spec
     g = torch.Generator().manual_seed(seed + 7)
     x = (torch.randn(m, k, generator=g) * 1.5 + 0.3).to(DTYPES[spec.input])
@@ -95,7 +98,7 @@ def _check(kernel, m, n, k, block_size, slice_blocks, activation="none", with_bi
     out_dtype = DTYPES[spec.output]
     out = torch.full((m, n), float("nan"), dtype=out_dtype)
     dump = (torch.full((m, k), 99, dtype=torch.int8), torch.full((3, k // block_size, m), float("inf")))
-    launch = kernel.run(x, wq, vectors, bias, out, block_size, slice_blocks, activation, schedule, dump)
+    launch = kernel.run(x, wq, vectors, bias, out, block_size, slice_blocks, activation, schedule, dump, l2_prefetch)
     # The kernel's operands are the reference quantization's, bit for bit.
     if spec.scheme == "symmetric":
         xq, sx = reference.quantize_blocks_symmetric(x, block_size)
@@ -174,3 +177,28 @@ def test_many_splits(emulated):
     assert launch.grid[1] == 11
     launch = _check(emulated(SPECS[1]), 9, 20, 64 * 17, 64, slice_blocks=1, schedule=2)
     assert launch.grid[1] == 17
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[3]], ids=lambda s: s.name)
+@pytest.mark.parametrize("block_size", [32, 128])
+def test_l2_prefetch_ranges(emulated, spec, block_size):
+    """The L2 prefetch before the wait (ext[3], bytes per CTA): each CTA's column c < N asks for the
+    part of its K slice after the chunks its ring loads first, 16-byte aligned, inside the weight
+    (the emulator fails a prefetch outside it), at most ext[3] bytes per CTA; with ext[3] past the
+    slice, exactly those parts (summed independently here); and the output is the reference's."""
+    n, m = spec.tile_n + 4, 3  # the last CTA's columns partly past N
+    k = block_size * 5
+    kernel = emulated(spec)
+    skip = (spec.depth - 1) * 64  # the K the ring loads first
+    for slice_blocks in (1, 2, 5):
+        slices = [min(slice_blocks, 5 - b0) * block_size for b0 in range(0, 5, slice_blocks)]
+        whole = sum(max(0, kk - skip) // 16 * 16 for kk in slices) * n  # every valid column, every slice
+        assert whole > 0 or slice_blocks * block_size <= skip
+        for nbytes in (0, 16, 1024, 1 << 20):
+            _check(kernel, m, n, k, block_size, slice_blocks, l2_prefetch=nbytes, seed=slice_blocks)
+            total, most = kernel.lib.emu_prefetched(), kernel.lib.emu_prefetched_block_max()
+            assert most <= nbytes, (slice_blocks, nbytes, most)
+            if nbytes == 1 << 20:
+                assert total == whole, (slice_blocks, total, whole)
+            elif nbytes < 16 * spec.tile_n:  # under one 16-byte unit per column: none
+                assert total == 0, (slice_blocks, nbytes, total)

@@ -77,6 +77,9 @@ struct State {
   char* smem = nullptr;
   size_t smem_bytes = 0;
   std::vector<Range> readable;  // global memory the kernel may read (cp.async sources)
+  Range prefetchable{};          // global memory an L2 prefetch may name (empty: anything)
+  uint64_t prefetched = 0;       // bytes asked for by L2 prefetches in the launch
+  uint64_t prefetched_block = 0, prefetched_block_max = 0;  // by the current block; the most by one block
   // 0: lockstep (each warp one collective per sweep); 1, 2: skewed (each warp alone up to its next
   // __syncthreads, warps in order or reversed): a missing barrier lets one warp overwrite what
   // another still reads. 3, 4: skewed as 1, 2, with cp.async copies landing at once when issued
@@ -115,6 +118,22 @@ inline bool readable(void const* p, size_t bytes) {
     if (c >= r.begin && c + bytes <= r.end) return true;
   }
   return state().readable.empty();
+}
+
+// qgemm::pdl::prefetch_l2 (cp.async.bulk.prefetch.L2): a 16-byte aligned address, a non-zero multiple
+// of 16 bytes, inside state().prefetchable when the test set one.
+inline void prefetch_l2(void const* p, uint64_t bytes) {
+  char const* c = static_cast<char const*>(p);
+  State& s = state();
+  if (reinterpret_cast<uintptr_t>(c) % 16 || bytes == 0 || bytes % 16) {
+    fail("L2 prefetch of " + std::to_string(bytes) + " bytes at an address or size not a multiple of 16");
+  } else if (s.prefetchable.begin && (c < s.prefetchable.begin || c + bytes > s.prefetchable.end)) {
+    fail("L2 prefetch of " + std::to_string(bytes) + " bytes at offset " +
+         std::to_string(c - s.prefetchable.begin) + " outside the allowed " +
+         std::to_string(s.prefetchable.end - s.prefetchable.begin) + " bytes");
+  }
+  s.prefetched += bytes;
+  s.prefetched_block += bytes;
 }
 
 inline void fiber_entry() {
@@ -195,6 +214,7 @@ inline bool run_block(uint3 block, int threads) {
 inline int launch(uint3 grid, int threads, size_t smem_bytes, std::function<void(char*)> kernel) {
   State& s = state();
   s.error.clear();
+  s.prefetched = s.prefetched_block_max = 0;
   std::vector<char> smem(smem_bytes + 256);
   char* base = smem.data() + (256 - reinterpret_cast<uintptr_t>(smem.data()) % 256);
   unsigned const blocks = grid.x * grid.y * grid.z;
@@ -204,7 +224,9 @@ inline int launch(uint3 grid, int threads, size_t smem_bytes, std::function<void
     s.smem = base;
     s.smem_bytes = smem_bytes;
     s.body = [&] { kernel(base); };
+    s.prefetched_block = 0;
     if (!run_block(make_uint3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), threads)) break;
+    s.prefetched_block_max = std::max(s.prefetched_block_max, s.prefetched_block);
   }
   return s.error.empty() ? 0 : 1;
 }

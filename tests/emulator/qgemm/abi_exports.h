@@ -18,6 +18,14 @@ extern "C" void emu_readable(void const* ptr, uint64_t bytes) {
 }
 extern "C" void emu_clear_readable() { emu::state().readable.clear(); }
 extern "C" void emu_schedule(int schedule) { emu::state().schedule = schedule; }
+// Global memory an L2 prefetch may name: [ptr, ptr + bytes); bytes 0: anything.
+extern "C" void emu_prefetchable(void const* ptr, uint64_t bytes) {
+  char const* p = static_cast<char const*>(ptr);
+  emu::state().prefetchable = bytes ? emu::Range{p, p + bytes} : emu::Range{};
+}
+// The last launch's L2 prefetches: bytes in all, and the most one block asked for.
+extern "C" uint64_t emu_prefetched() { return emu::state().prefetched; }
+extern "C" uint64_t emu_prefetched_block_max() { return emu::state().prefetched_block_max; }
 
 extern "C" int qgemm_abi_version() { return QGEMM_ABI_VERSION; }
 extern "C" const char* qgemm_status_string(int status) {

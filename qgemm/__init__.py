@@ -29,6 +29,7 @@ from .quantize import (
     quantize_,
 )
 from .checkpoint import CheckpointError, load_quantized
+from .fuse import PACKED_MODULES, FuseReport, fuse_projections_
 from .prebuild import prebuild
 from . import tp  # tensor parallelism under torch.distributed (qgemm/tp.py)
 
@@ -70,6 +71,9 @@ __all__ = [
     "IntWeightConvConfig",
     "W8A8BlockConfig",
     "calibrate_convs",
+    "FuseReport",
+    "PACKED_MODULES",
+    "fuse_projections_",
     "load_quantized",
     "quantize_",
     "tp",

@@ -182,6 +182,8 @@ def quantize_(model: nn.Module, config, filter_fn=None, *, process_group=None, t
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, CONFIGS):
         raise TypeError(f"config must be one of {[c.__name__ for c in CONFIGS]}, got {type(config).__name__}")
+    if process_group is not None:
+        _tp.refuse_packed(model)
     report = QuantizeReport()
     candidates = []
     for name, module in model.named_modules():

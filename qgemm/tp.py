@@ -671,6 +671,7 @@ PARALLEL_MODULES = (ColumnParallelLinear, RowParallelLinear)
 def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) -> list[str]:
     """Replace, in place, every nn.Linear / qgemm linear module of `model` whose name the plan
     matches with this rank's shard (shard_layers); returns the names replaced."""
+    refuse_packed(model)
     tp = tp_group(process_group)
     candidates = {name: module for name, module in model.named_modules()
                   if isinstance(module, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear))
@@ -680,6 +681,16 @@ def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) ->
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
     shard_head_counts(model, tp)
     return list(candidates)
+
+
+def refuse_packed(model: nn.Module):
+    """Packed projections (qgemm.fuse_projections_) are not sharded: the plan names the members, and
+    a packed q/k/v would need its heads dealt out per member."""
+    from .fuse import PackedSlice  # fuse imports nn, as this module does: no cycle, but keep it local
+    packed = [name for name, m in model.named_modules() if isinstance(m, PackedSlice)]
+    if packed:
+        raise ValueError(f"model has packed projections ({packed[0]}, ...; qgemm.fuse_projections_): tensor "
+                         f"parallelism takes the unpacked model; fuse only without a process_group")
 
 
 # Attention modules of older transformers versions (and many hand-written ones) keep their head

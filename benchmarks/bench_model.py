@@ -206,11 +206,14 @@ def prebuild(model: nn.Module, variant: str, dtype: torch.dtype, m_values, jobs:
     print(f"  [{variant}] kernels ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
-def layer_shapes(name: str) -> list[tuple[int, int]]:
-    """(in_features, out_features) of a decoder layer's linears: q/o, k/v, gate/up, down."""
+def layer_shapes(name: str, fuse: bool = False) -> list[tuple[int, int]]:
+    """(in_features, out_features) of a decoder layer's linears: q/o, k/v, gate/up, down; with fuse,
+    the packed q/k/v and gate/up (qgemm.fuse_projections_) in place of their members."""
     c = CONFIGS[name]
     h, f = c["hidden_size"], c["intermediate_size"]
     kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    if fuse:
+        return [(h, h + 2 * kv), (h, h), (h, 2 * f), (f, h)]
     return [(h, h), (h, kv), (h, f), (f, h)]
 
 
@@ -223,7 +226,7 @@ def prebuild_only(args, batches, variants, m_values, dtype):
     for variant in variants:
         if isinstance(VARIANTS[variant], str) or VARIANTS[variant] is None:
             continue
-        shapes = layer_shapes(args.config)
+        shapes = layer_shapes(args.config, args.fuse)
         if args.lm_head == "quantized":
             shapes.append((CONFIGS[args.config]["hidden_size"], CONFIGS[args.config]["vocab_size"]))
         jobs += [(VARIANTS[variant], k, n, False, m_values) for k, n in shapes]
@@ -669,6 +672,9 @@ def main(argv=None):
                     help="with --prebuild-only: also tests/test_minilm_gpu.py's kernels at this M (tokens)")
     ap.add_argument("--json")
     ap.add_argument("--png")
+    ap.add_argument("--fuse", action="store_true",
+                    help="pack q/k/v and gate/up into one linear each (qgemm.fuse_projections_) in every variant, "
+                         "the FP16 baseline and torch int4 included")
     ap.add_argument("--l2-prefetch", type=int, default=None, metavar="BYTES",
                     help="the decode kernels' L2 prefetch per CTA before their wait, in place of the heuristics' "
                          "(FPAINTB_STREAM_L2_PREFETCH, W8A8_GEMV_L2_PREFETCH): an A/B knob")
@@ -701,6 +707,10 @@ def main(argv=None):
 
     t_start = time.perf_counter()
     base, full_depth = build_model(args.config, args.layers, dtype, args.device)
+    if args.fuse:
+        # Before the variants are made from it: the FP16 baseline runs the packed GEMMs too.
+        fuse_report = qgemm.fuse_projections_(base)
+        print(f"packed {len(fuse_report.fused)} groups of projections ({len(fuse_report.skipped)} skipped)")
     layers = base.config.num_hidden_layers
     print(f"built {args.config} with {layers} layers in {time.perf_counter() - t_start:.1f} s "
           f"({sum(p.numel() for p in base.parameters()) / 1e9:.2f} B parameters)", flush=True)
@@ -712,7 +722,7 @@ def main(argv=None):
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "batches": batches, "prompt_tokens": args.prompt,
               "decode_steps": args.steps, "cache_len": args.cache_len, "prefill_tokens": args.prefill,
-              "fidelity_tokens": args.fidelity_tokens, "lm_head": args.lm_head, "mode": args.mode,
+              "fidelity_tokens": args.fidelity_tokens, "lm_head": args.lm_head, "mode": args.mode, "fuse": args.fuse,
               "variants": {}}
     try:
         import transformers

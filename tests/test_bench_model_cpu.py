@@ -95,3 +95,25 @@ def test_bench_model_rejects_bad_batches(batches, capsys):
     with pytest.raises(SystemExit):
         bench_model.main(argv)
     assert "--batch: batch sizes >= 1, or a single 0 for no decode; got" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_bench_model_fused_cpu(tmp_path, mode):
+    """--fuse: q/k/v and gate/up packed (qgemm.fuse_projections_) in every variant, the baseline too;
+    compiled with fullgraph=True without a note, and the packed model's logits those of the model."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "bench.json"
+    result = bench_model.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--variants",
+                               "w4a16,w8a8,torch_int4", "--mode", mode, "--batch", "2", "--steps", "2", "--prompt",
+                               "4", "--cache-len", "32", "--prefill", "16", "--prefill-reps", "1",
+                               "--fidelity-tokens", "8", "--json", str(out), "--fuse"])
+    saved = json.loads(out.read_text())
+    assert saved["fuse"] is True
+    for name, row in saved["variants"].items():
+        assert "error" not in row and "notes" not in row, (name, row)
+        if name != "fp16":
+            assert row["replaced"] == 5  # qkv, o, gate_up, down, lm_head
+    assert saved["variants"]["w8a8"]["logits_cos_mean"] >= 0.99
+    assert result["variants"]["fp16"]["speedup"]["decode_b2"] == 1.0
+    assert bench_model.layer_shapes("llama3-8b", fuse=True) == [(4096, 6144), (4096, 4096), (4096, 28672),
+                                                                 (28672 // 2, 4096)]

@@ -10,11 +10,7 @@
 #   env: VARIANTS (w4a16), BENCH_ARGS, BENCH_TIMEOUT (300), TEST_TIMEOUT (150), PYTEST_EXTRA,
 #        SKIP_BUILD, SKIP_TESTS, SKIP_BENCH, UNFUSED
 set -uo pipefail
-[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-T0=$(date +%s)
+source benchmarks/device_env.sh  # wheel, PYTHONPATH, QGEMM_CACHE_DIR, OUT, T0
 VARIANTS=${VARIANTS:-w4a16}
 if [ -z "${SKIP_BUILD:-}" ]; then
   if [ -z "${SKIP_TESTS:-}" ]; then

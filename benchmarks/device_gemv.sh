@@ -16,11 +16,7 @@
 #        BENCH_ARGS (extra bench_fpaintb.py arguments, e.g. "--m 1 --nk 4096x12288"), BENCH_TIMEOUT (300),
 #        NCU_SHAPE ("--k 14336 --n 21504"), SAVE_CACHE=1 (bring the built kernels back as $OUT/qgemm-cache.tgz)
 set -uo pipefail
-[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-T0=$(date +%s)
+source benchmarks/device_env.sh  # wheel, PYTHONPATH, QGEMM_CACHE_DIR, OUT, T0
 if [ -z "${SKIP_BUILD:-}" ]; then
   timeout 300 python3 - <<'PY' 2>&1 | tail -4
 import time

@@ -13,11 +13,7 @@
 #   env: SKIP_BUILD, SKIP_TESTS, SKIP_BENCH, PYTEST_K, TEST_TIMEOUT (200), SIZES ("4096 16384 65536"),
 #        FP_ARGS / W8_ARGS (extra benchmark arguments)
 set -uo pipefail
-[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks:$PWD/tests PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-T0=$(date +%s)
+source benchmarks/device_env.sh  # wheel, PYTHONPATH, QGEMM_CACHE_DIR, OUT, T0
 if [ -z "${SKIP_BUILD:-}" ]; then
   timeout 200 python3 benchmarks/prebuild_w8dec.py -j 16 2>&1 | tail -2 &
   timeout 200 python3 - <<'PY' 2>&1 | tail -2 &

@@ -1,4 +1,5 @@
-"""Helpers of the GPU tests: relative error, poisoned outputs, fresh random inputs, dependent call chains."""
+"""Helpers of the GPU tests: relative error, poisoned outputs, fresh random inputs, CUDA-graph capture,
+two streams, dependent call chains."""
 from __future__ import annotations
 
 import torch
@@ -23,6 +24,35 @@ def randn(*shape, dtype=torch.float32, seed=None):
     g.manual_seed(seed if seed is not None else torch.seed() % (1 << 31))
     # A non-zero mean exercises the offset terms; never all zeros.
     return (torch.randn(*shape, generator=g, device="cuda") * 1.5 + 0.3).to(dtype)
+
+
+def capture_graph(fn, static_x: torch.Tensor):
+    """(graph, static output) of fn(static_x) captured in a CUDA graph, run once on a side stream
+    first as torch's recipe does (plans make their per-M launches outside the capture). The output
+    is poisoned (NaN) after the capture, so a replay must write all of it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = fn(static_x)
+    static_y.fill_(float("nan"))
+    return graph, static_y
+
+
+def on_two_streams(fn, a: torch.Tensor, b: torch.Tensor):
+    """(fn(a), fn(b)), issued on two new streams one after the other without waiting in between, so
+    that the two calls may overlap on the GPU."""
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s1):
+        ya = fn(a)
+    with torch.cuda.stream(s2):
+        yb = fn(b)
+    torch.cuda.synchronize()
+    return ya, yb
 
 
 def check_dependent_chain(link, x: torch.Tensor, links: int = 12):

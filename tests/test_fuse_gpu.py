@@ -21,7 +21,7 @@ import qgemm
 from qgemm.fuse import PackedSlice
 from qgemm.nn import QuantModule
 
-from gpu_util import poison_allocator, randn, rel_err
+from gpu_util import capture_graph, on_two_streams, poison_allocator, randn, rel_err
 
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = [
@@ -118,15 +118,7 @@ def test_cuda_graph_two_streams_and_compile(name):
     with torch.no_grad():
         expected, expected_other = packed(x), packed(other)
         static_x = x.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            packed(static_x)  # warm: plans and per-M launches are made outside the capture
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = packed(static_x)
-        static_y.fill_(float("nan"))
+        graph, static_y = capture_graph(packed, static_x)
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_y, expected)
@@ -134,13 +126,7 @@ def test_cuda_graph_two_streams_and_compile(name):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_y, expected_other)
-        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-        torch.cuda.synchronize()
-        with torch.cuda.stream(s1):
-            y1 = packed(x)
-        with torch.cuda.stream(s2):
-            y2 = packed(other)
-        torch.cuda.synchronize()
+        y1, y2 = on_two_streams(packed, x, other)
         assert torch.equal(y1, expected) and torch.equal(y2, expected_other)
         # Compiled, the linears alone: Inductor fuses the block's pointwise ops with float32
         # intermediates where eager rounds each to float16, and the W8A8 / FP8 layers after them

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import qgemm
 from qgemm.nn import Fp8Linear, IntWeightConv2d, QuantConv2d, QuantLinear, W8A8Linear
 
-from gpu_util import poison_allocator, randn, rel_err
+from gpu_util import capture_graph, on_two_streams, poison_allocator, randn, rel_err
 
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = [
@@ -160,26 +160,12 @@ def test_cuda_graph_and_two_streams():
     x = randn(8, 1024, dtype=torch.float16, seed=11)
     expected = module(x)
     static_x = x.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        module(static_x)  # warm: the plan's per-M launch is made outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = module(static_x)
-    static_y.fill_(float("nan"))
+    graph, static_y = capture_graph(module, static_x)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_y, expected)
     other = randn(8, 1024, dtype=torch.float16, seed=12)
-    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(s1):
-        y1 = module(x)
-    with torch.cuda.stream(s2):
-        y2 = module(other)
-    torch.cuda.synchronize()
+    y1, y2 = on_two_streams(module, x, other)
     assert torch.equal(y1, expected) and torch.equal(y2, module(other))
 
 

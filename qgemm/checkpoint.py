@@ -311,8 +311,10 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
         path = model_or_path
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    if model is not None and process_group is not None:
-        _tp.refuse_packed(model)
+    if model is not None:
+        # The checkpoint names the members (q_proj, ...): load into the unpacked model, then pack.
+        _tp.refuse_packed(model, "load_quantized reads checkpoints into the unpacked model; call "
+                                 "fuse_projections_ after loading")
     config = read_config(path)
     fmt = parse_quantization_config(config["quantization_config"])
     tensors = read_tensors(path)

@@ -1,7 +1,7 @@
 """Pack the linears that read the same input into one GEMM, in place, as vLLM's QKVParallelLinear and
 MergedColumnParallelLinear do (and its `packed_modules_mapping` names them):
 
-    report = qgemm.fuse_projections_(model)          # before or after quantize_ / load_quantized
+    report = qgemm.fuse_projections_(model)          # before or after quantize_, after load_quantized
     report.fused     # {"model.layers.0.self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"), ...}
     report.skipped   # {"model.layers.0.self_attn.qkv_proj": why}
 
@@ -21,6 +21,8 @@ Qwen2 use):
     layer on x the first time and returns its own columns (a view), and the other members called on
     the same x take their columns of that same result. The parent's forward is unchanged (HF calls
     q_proj(h), k_proj(h), v_proj(h) on one tensor h).
+  * load_quantized reads checkpoints, which name the members, into the unpacked model only (it
+    refuses a packed one): pack after loading.
   * quantize_ after fusing quantizes the packed nn.Linear as one layer. Every config's quantization is
     per output column or per block of 128 output features, so that equals quantizing the members one
     by one wherever each member's N is a multiple of 128 (Llama's are). Fusing quantized members

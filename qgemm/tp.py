@@ -683,14 +683,14 @@ def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) ->
     return list(candidates)
 
 
-def refuse_packed(model: nn.Module):
-    """Packed projections (qgemm.fuse_projections_) are not sharded: the plan names the members, and
-    a packed q/k/v would need its heads dealt out per member."""
+def refuse_packed(model: nn.Module, why: str = "tensor parallelism takes the unpacked model; fuse only without "
+                                                 "a process_group"):
+    """ValueError where `model` has packed projections (qgemm.fuse_projections_). They are not sharded:
+    the plan names the members, and a packed q/k/v would need its heads dealt out per member."""
     from .fuse import PackedSlice  # fuse imports nn, as this module does: no cycle, but keep it local
     packed = [name for name, m in model.named_modules() if isinstance(m, PackedSlice)]
     if packed:
-        raise ValueError(f"model has packed projections ({packed[0]}, ...; qgemm.fuse_projections_): tensor "
-                         f"parallelism takes the unpacked model; fuse only without a process_group")
+        raise ValueError(f"model has packed projections ({packed[0]}, ...; qgemm.fuse_projections_): {why}")
 
 
 # Attention modules of older transformers versions (and many hand-written ones) keep their head

@@ -257,8 +257,8 @@ def test_tensor_parallel_refuses_packed_models():
     qgemm.fuse_projections_(model)
     with pytest.raises(ValueError, match="packed projections"):
         qgemm.quantize_(model, CONFIGS["int4_g64"], process_group=(0, 2))
-    with pytest.raises(ValueError, match="packed projections"):
-        qgemm.load_quantized(model, "no/checkpoint/read/first", process_group=(0, 2))
+    with pytest.raises(ValueError, match="packed projections.*after loading"):
+        qgemm.load_quantized(model, "no/checkpoint/read/first")  # refused before anything is read
     with pytest.raises(ValueError, match="packed projections"):
         qgemm.tp.parallelize(model, (0, 2))
 
@@ -347,3 +347,34 @@ def test_hf_llama_packed():
     # Same weights and activations bit for bit; the float64 products may round 1 ulp apart per layer,
     # which the next layers carry: fp16 logits to within a few ulp of their largest value.
     assert (got.double() - want.double()).abs().max() <= 8 * torch.finfo(torch.float16).eps * want.abs().max()
+
+
+def test_pack_after_loading_a_checkpoint(tmp_path):
+    """load_quantized, then fuse_projections_: GPTQ v2 (zero points, g32) q/k/v and gate/up, packed
+    without requantizing (the packed codes are the checkpoint's), outputs as the unpacked model's."""
+    from test_checkpoint_cpu import int_weight, write_folder
+
+    cfg = {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False, "sym": False,
+           "checkpoint_format": "gptq_v2"}
+    shapes = {"self_attn.q_proj": NQ, "self_attn.k_proj": NKV, "self_attn.v_proj": NKV, "mlp.gate_proj": NI,
+              "mlp.up_proj": NI}
+    tensors, expected = {}, {}
+    for i, (name, n) in enumerate(shapes.items()):
+        w = int_weight(K, n, 4, 32, seed=70 + i)
+        qweight, qzeros, scales, g_idx = qgemm.wq_format.pack_gptq(w, zero_offset=0)
+        tensors.update({f"{name}.qweight": qweight, f"{name}.qzeros": qzeros, f"{name}.scales": scales,
+                        f"{name}.g_idx": g_idx})
+        expected[name] = w.dequantize().t()
+    folder = write_folder(tmp_path / "gptq", cfg, tensors)
+    reference, model = qgemm.load_quantized(block(), folder), qgemm.load_quantized(block(), folder)
+    report = qgemm.fuse_projections_(model)
+    assert len(report.fused) == 2 and not report.skipped
+    assert torch.equal(dequantized(model.self_attn.qkv_proj),
+                       torch.cat([expected[f"self_attn.{p}_proj"] for p in "qkv"]))
+    assert torch.equal(dequantized(model.mlp.gate_up_proj), torch.cat([expected["mlp.gate_proj"],
+                                                                       expected["mlp.up_proj"]]))
+    x = x_of(4)
+    with torch.no_grad():
+        assert_close_fp16(model(x), reference(x))
+    with pytest.raises(ValueError, match="after loading"):
+        qgemm.load_quantized(model, folder)

@@ -29,7 +29,8 @@ Qwen2 use):
     checks this for the block-scaled formats and skips the group otherwise.
 
 The shared result is kept only while a round is open: a member called on a different tensor, on
-the same tensor changed in place (eager), or twice in one round recomputes the whole group; the last
+the same tensor changed in place (eager; not seen for inference tensors, which keep no version
+counter, nor inside a compiled graph), or twice in one round recomputes the whole group; the last
 member of a round drops it. Correctness never depends on the members being called together, only
 the speed does. Threads calling one model at once each read the result of their own input.
 
@@ -78,7 +79,9 @@ class _Round:
 
     def take(self, index: int, x: torch.Tensor) -> torch.Tensor:
         state = self.state
-        version = None if torch.compiler.is_compiling() else x._version
+        # Inference tensors (torch.inference_mode) keep no version counter: there, as under
+        # torch.compile, a round is keyed on the tensor alone.
+        version = None if torch.compiler.is_compiling() or x.is_inference() else x._version
         if state is None or state[0] is not x or state[1] != version or state[3][index]:
             y = getattr(self.owner, self.name)(x)
             state = (x, version, y.split(self.sizes, dim=-1), [False] * len(self.sizes))

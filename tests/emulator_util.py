@@ -62,3 +62,18 @@ def emulated_kernels(folder: Path, make):
             cache[spec] = make(spec, folder)
         return cache[spec]
     return get
+
+
+def check_l2_prefetch_bytes(lib, run, whole: int, none_below: int, sizes=(0, 16, 2048, 1 << 20), label=()):
+    """The L2 prefetch before the wait, counted by the emulator (cuda_emu.h): for each knob in
+    `sizes` (bytes per CTA), run(nbytes) launches the kernel, and then no CTA asked for more than
+    the knob; with 1 MiB (past any slice) the total is exactly `whole`; below `none_below` (one
+    16-byte unit per column the CTA owns) nothing was asked for."""
+    for nbytes in sizes:
+        run(nbytes)
+        total, most = lib.emu_prefetched(), lib.emu_prefetched_block_max()
+        assert most <= nbytes, (*label, nbytes, most)
+        if nbytes == 1 << 20:
+            assert total == whole, (*label, total, whole)
+        elif nbytes < none_below:
+            assert total == 0, (*label, nbytes, total)

@@ -22,7 +22,7 @@ from qgemm import wq_format
 from qgemm._abi import QgemmLaunch, QgemmProblem
 from qgemm.fpaintb import ACTIVATIONS, IntBWeight
 
-from emulator_util import compile_emulated, emulated_kernels, requires_emulator
+from emulator_util import check_l2_prefetch_bytes, compile_emulated, emulated_kernels, requires_emulator
 
 pytestmark = requires_emulator
 
@@ -168,14 +168,9 @@ def test_l2_prefetch_ranges(emulated, spec):
     for m in (1, 11):
         whole = -(-m // rows) * groups * max(0, k // 128 - ring) * 256
         assert whole > 0
-        for nbytes in (0, 16, 2048, 1 << 20):
-            _check(kernel, m, n, k, group_size, True, seed=m, l2_prefetch=nbytes)
-            total, most = kernel.lib.emu_prefetched(), kernel.lib.emu_prefetched_block_max()
-            assert most <= nbytes, (m, nbytes, most)
-            if nbytes == 1 << 20:
-                assert total == whole, (m, total, whole)
-            elif nbytes < 16 * cols // interleave:  # under one 16-byte unit per column group: none
-                assert total == 0, (m, nbytes, total)
+        check_l2_prefetch_bytes(  # under one 16-byte unit per column group: none
+            kernel.lib, lambda nbytes: _check(kernel, m, n, k, group_size, True, seed=m, l2_prefetch=nbytes),  # noqa: B023
+            whole, 16 * cols // interleave, label=(m,))
     for slots in (2, 7):  # split-K: each CTA's own blocks past its ring (none when a split is short)
         _check(kernel, 1, n, k, group_size, True, slots=slots, l2_prefetch=1 << 20)
         assert kernel.lib.emu_prefetched() <= whole

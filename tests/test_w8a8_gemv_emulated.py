@@ -24,7 +24,7 @@ from cutlass_gen.families.w8a8 import W8A8GemvSpec
 from qgemm import reference
 from qgemm._abi import QgemmLaunch, QgemmProblem
 
-from emulator_util import compile_emulated, emulated_kernels, requires_emulator
+from emulator_util import check_l2_prefetch_bytes, compile_emulated, emulated_kernels, requires_emulator
 
 pytestmark = requires_emulator
 
@@ -194,11 +194,7 @@ def test_l2_prefetch_ranges(emulated, spec, block_size):
         slices = [min(slice_blocks, 5 - b0) * block_size for b0 in range(0, 5, slice_blocks)]
         whole = sum(max(0, kk - skip) // 16 * 16 for kk in slices) * n  # every valid column, every slice
         assert whole > 0 or slice_blocks * block_size <= skip
-        for nbytes in (0, 16, 1024, 1 << 20):
-            _check(kernel, m, n, k, block_size, slice_blocks, l2_prefetch=nbytes, seed=slice_blocks)
-            total, most = kernel.lib.emu_prefetched(), kernel.lib.emu_prefetched_block_max()
-            assert most <= nbytes, (slice_blocks, nbytes, most)
-            if nbytes == 1 << 20:
-                assert total == whole, (slice_blocks, total, whole)
-            elif nbytes < 16 * spec.tile_n:  # under one 16-byte unit per column: none
-                assert total == 0, (slice_blocks, nbytes, total)
+        check_l2_prefetch_bytes(  # under one 16-byte unit per column: none
+            kernel.lib,
+            lambda nbytes: _check(kernel, m, n, k, block_size, slice_blocks, l2_prefetch=nbytes, seed=slice_blocks),  # noqa: B023
+            whole, 16 * spec.tile_n, sizes=(0, 16, 1024, 1 << 20), label=(slice_blocks,))

@@ -36,6 +36,7 @@ from torch import nn
 
 from . import safetensors_io
 from . import tp as _tp
+from .fuse import refuse_packed
 from .nn import Fp8Linear, QuantLinear, W8A8Linear
 from .nn.linear import check_fp8_shape
 
@@ -313,7 +314,7 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     if model is not None:
         # The checkpoint names the members (q_proj, ...): load into the unpacked model, then pack.
-        _tp.refuse_packed(model, "load_quantized reads checkpoints into the unpacked model; call "
+        refuse_packed(model, "load_quantized reads checkpoints into the unpacked model; call "
                                  "fuse_projections_ after loading")
     config = read_config(path)
     fmt = parse_quantization_config(config["quantization_config"])

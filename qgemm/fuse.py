@@ -241,7 +241,7 @@ def fuse_projections_(model: nn.Module, packed_modules: dict | None = None) -> F
             full = f"{parent_name}.{packed_name}" if parent_name else packed_name
             members = [children[n] for n in member_names]
             try:
-                if packed_name in children or hasattr(parent, packed_name):
+                if hasattr(parent, packed_name):
                     raise ValueError(f"{type(parent).__name__} already has an attribute {packed_name!r}")
                 if any(isinstance(m, PackedSlice) for m in members):
                     raise ValueError("already packed")
@@ -259,5 +259,9 @@ def fuse_projections_(model: nn.Module, packed_modules: dict | None = None) -> F
     return report
 
 
-def has_packed(model: nn.Module) -> bool:
-    return any(isinstance(m, PackedSlice) for m in model.modules())
+def refuse_packed(model: nn.Module, why: str):
+    """ValueError, saying `why`, where `model` has packed projections: for the entry points that
+    take unpacked models only (tensor parallelism, load_quantized)."""
+    packed = [name for name, m in model.named_modules() if isinstance(m, PackedSlice)]
+    if packed:
+        raise ValueError(f"model has packed projections ({packed[0]}, ...; qgemm.fuse_projections_): {why}")

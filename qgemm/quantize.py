@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from . import tp as _tp
+from .fuse import refuse_packed
 from .nn import Fp8Linear, IntWeightConv2d, QuantConv2d, QuantLinear, QuantModule, W8A8Linear
 from .nn.conv import check_conv, check_int_weight_conv
 from .nn.linear import check_fp8_shape, check_fpaintb_shape, check_w8a8_shape
@@ -183,7 +184,7 @@ def quantize_(model: nn.Module, config, filter_fn=None, *, process_group=None, t
     if not isinstance(config, CONFIGS):
         raise TypeError(f"config must be one of {[c.__name__ for c in CONFIGS]}, got {type(config).__name__}")
     if process_group is not None:
-        _tp.refuse_packed(model)
+        refuse_packed(model, _tp.TP_REFUSES_PACKED)  # before any layer is quantized
     report = QuantizeReport()
     candidates = []
     for name, module in model.named_modules():

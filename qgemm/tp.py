@@ -58,12 +58,14 @@ from torch import nn
 from cutlass_gen.families.fpaintb_layout import layout as fpaintb_layout
 
 from .fpaintb import wq_format
+from .fuse import refuse_packed
 from .fp8 import GROUP as FP8_BLOCK, N_ALIGNMENT as FP8_N_ALIGNMENT
 from .fpaintb import GROUP_SIZES as FPAINTB_GROUP_SIZES, IntBWeight
 from .nn import Fp8Linear, QuantLinear, W8A8Linear
 from .w8a8 import N_ALIGNMENT as W8A8_N_ALIGNMENT, WEIGHT_BLOCK_N as W8A8_BLOCK_N
 
 COLUMN, ROW = "column", "row"
+TP_REFUSES_PACKED = "tensor parallelism takes the unpacked model; fuse only without a process_group"
 STYLES = (COLUMN, ROW)
 
 # Llama / Mistral / Qwen2 names (what transformers' base_model_tp_plan calls colwise / rowwise).
@@ -671,7 +673,9 @@ PARALLEL_MODULES = (ColumnParallelLinear, RowParallelLinear)
 def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) -> list[str]:
     """Replace, in place, every nn.Linear / qgemm linear module of `model` whose name the plan
     matches with this rank's shard (shard_layers); returns the names replaced."""
-    refuse_packed(model)
+    # Packed projections are not sharded: the plan names the members, and a packed q/k/v would need
+    # its heads dealt out per member.
+    refuse_packed(model, TP_REFUSES_PACKED)
     tp = tp_group(process_group)
     candidates = {name: module for name, module in model.named_modules()
                   if isinstance(module, (nn.Linear, QuantLinear, Fp8Linear, W8A8Linear))
@@ -681,16 +685,6 @@ def parallelize(model: nn.Module, process_group, tp_plan: dict | None = None) ->
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
     shard_head_counts(model, tp)
     return list(candidates)
-
-
-def refuse_packed(model: nn.Module, why: str = "tensor parallelism takes the unpacked model; fuse only without "
-                                                 "a process_group"):
-    """ValueError where `model` has packed projections (qgemm.fuse_projections_). They are not sharded:
-    the plan names the members, and a packed q/k/v would need its heads dealt out per member."""
-    from .fuse import PackedSlice  # fuse imports nn, as this module does: no cycle, but keep it local
-    packed = [name for name, m in model.named_modules() if isinstance(m, PackedSlice)]
-    if packed:
-        raise ValueError(f"model has packed projections ({packed[0]}, ...; qgemm.fuse_projections_): {why}")
 
 
 # Attention modules of older transformers versions (and many hand-written ones) keep their head

@@ -1,7 +1,7 @@
 """FpA x IntB (W4A16 / W8A16) against cuBLAS FP16/BF16 and torch's int4 tinygemm, in one run.
 
-    python benchmarks/bench_fpaintb.py [--sweep [sm90|sm80|all]] [--json out.json] [--quick]
-                                       [--nk KxN ...] [--m M ...] [--no-bf16] [--decode]
+    python benchmarks/bench_fpaintb.py [--sweep [sm90|sm80|all]] [--sweep-match REGEX] [--json out.json]
+                                       [--quick] [--nk KxN ...] [--m M ...] [--no-bf16] [--decode]
 
 The table is `qgemm bench fpaintb` (qgemm/bench/fpaintb.py) with the BF16 columns, printed in this
 script's long-standing layout; the kernel sweeps (--sweep) are tuning tools and live here only.
@@ -20,10 +20,12 @@ consecutive layers never find their weights in L2). Columns:
 Ratios: cublas / int4, tinygemm / int4 (> 1: qgemm faster), int4 / floor4, cublas / int8, cuBLAS BF16 /
 qgemm BF16.
 --sweep sm90 times every Sm90 catalog kernel plus the sweep-only configurations
-(cutlass_gen/catalog.py FPAINTB_SM90_SWEEP_CONFIGS) with stream-K split counts, for INT4 and INT8 (FP16
-activations): the data heuristics.FPAINTB_SM90_* are set from. --sweep sm80 times the tiled GEMM's shapes
+(cutlass_gen/families/fpaintb.py FPAINTB_SM90_SWEEP_CONFIGS, clusters included) with stream-K split counts,
+for INT4 and INT8 (FP16 activations): the data heuristics.FPAINTB_SM90_* are set from; --sweep-match
+keeps the Sm90 kernels whose label matches, and each row's swept times print on the line after it. --sweep sm80 times the tiled GEMM's shapes
 and split-K counts, the small-M kernel and the dequantize path (the table heuristics.fpaintb_choice was
-set from). Kernel labels: s90<tile>[pp][sk<splits>] Sm90 kernel (pp ping-pong, sk stream-K), g<tile>s<stages>
+set from). Kernel labels: s90<tile>[pp][c<cluster>][sk<splits>] Sm90 kernel (pp ping-pong, c2x1 a
+cluster of 2 along the weight rows, sk stream-K), g<tile>s<stages>
 c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode variant,
 FpAIntBGemvSpec stream=True), dequant+cuBLAS.
 --decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 
 import torch
 
@@ -94,16 +97,17 @@ def sweep_choices(bits: int, m: int, n: int, k: int, sm_count: int) -> list:
     return choices
 
 
-def sm90_sweep_choices(bits: int) -> list:
-    """Every Sm90 kernel of the catalog and of the sweep list (FP16), stream-K ones with split counts."""
+def sm90_sweep_choices(bits: int, match: str | None = None) -> list:
+    """Every Sm90 kernel of the catalog and of the sweep list (FP16), stream-K ones with split counts;
+    with match, only those whose label the regular expression matches."""
     choices = []
     for spec in fpaintb_sm90_specs("f16", bits, sweep=True):
         splits = SM90_SPLITS if spec.scheduler == "streamk" else (0,)
         choices += [heuristics.FpAIntBSm90Choice(spec, splits=sk) for sk in splits]
-    return choices
+    return [c for c in choices if match is None or re.search(match, label(c))]
 
 
-def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> dict:
+def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8), sweep_match: str | None = None) -> dict:
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
     unbuilt = set()
@@ -113,7 +117,7 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> 
             specs |= {c.spec for bits in sweep_bits for m in ms for k, n in shapes
                       for c in sweep_choices(bits, m, n, k, sm_count)}
         if sweep in ("sm90", "all") and on_sm90:
-            specs |= {c.spec for bits in sweep_bits for c in sm90_sweep_choices(bits)}
+            specs |= {c.spec for bits in sweep_bits for c in sm90_sweep_choices(bits, sweep_match)}
         target = 90 if on_sm90 else 80
         try:
             build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
@@ -131,7 +135,7 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> 
             if sweep in ("sm80", "all"):
                 choices += sweep_choices(bits, m, n, k, sm_count)
             if sweep in ("sm90", "all") and on_sm90:
-                choices += sm90_sweep_choices(bits)
+                choices += sm90_sweep_choices(bits, sweep_match)
             sweep_times = {}
             for choice in [c for c in choices if c.spec.name not in unbuilt]:
                 sweep_times[label(choice)] = timed_rotating([lambda p=p, c=choice: p(x, choice=c) for p in ps])
@@ -141,7 +145,7 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8)) -> 
             row[f"int{bits}_best"] = (best, timed_ok.get(best, float("nan")))
 
     result = bench.run("fpaintb", shapes, ms, dtype="f16", bf16_columns=bf16, hook=sweep_row if sweep else None,
-                       progress=lambda row: print(_fmt(row), flush=True))
+                       progress=lambda row: print(_fmt(row) + _fmt_sweep(row), flush=True))
     legacy = summary(result["rows"])
     for m, values in legacy.items():
         result["summary"].setdefault(str(m), {}).update(values)
@@ -270,6 +274,12 @@ HEADER = (f"{'M':>5} {'K':>6} {'N':>6} | {'int4':>8} {'i4sm80':>8} {'int8':>8} {
           f"kernels int4, int8, bf16")
 
 
+def _fmt_sweep(r: dict) -> str:
+    """Every swept kernel's time, on the row's next line (empty without --sweep)."""
+    return "".join(f"\n      int{bits} sweep: " + " ".join(f"{key} {v:.1f}" for key, v in r[f"int{bits}_sweep"].items())
+                   for bits in (4, 8) if f"int{bits}_sweep" in r)
+
+
 def _fmt(r: dict) -> str:
     nan = float("nan")
     best = ""
@@ -292,6 +302,8 @@ def main():
     ap.add_argument("--no-bf16", action="store_true", help="skip the BF16 columns")
     ap.add_argument("--sweep-bits", type=int, action="append", choices=(4, 8),
                     help="sweep only these weight widths (default both)")
+    ap.add_argument("--sweep-match", metavar="REGEX",
+                    help="--sweep sm90: only the kernels whose label matches, e.g. 'c2x1|s90128x128sk0'")
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
@@ -314,7 +326,7 @@ def main():
         return
     print(HEADER)
     result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
-                 tuple(args.sweep_bits or (4, 8)))
+                 tuple(args.sweep_bits or (4, 8)), args.sweep_match)
     report.write_json(result, args.json)
     print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
           f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us; "

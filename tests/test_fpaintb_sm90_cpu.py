@@ -41,6 +41,7 @@ FAMILY = FpAIntBSm90Spec.family
     (dict(arch=80), "arch must be 90"),
     (dict(scheduler="splitk"), "scheduler must be one of ('persistent', 'streamk')"),
     (dict(tile=(128,)), "tile is a (weight rows, tokens) pair"),
+    (dict(cluster=(1, 2)), "cluster must be one of ((1, 1), (2, 1), (4, 1))"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(act="f16", bits=4, tile=(128, 128))
@@ -55,6 +56,12 @@ def test_spec_name_and_round_trip():
     assert spec.name == "qgemm_fpaintb_gemm_sm90_bf16_int8_128x64x64_c1x1_cooperative_streamk"
     assert spec_from_dict(json.loads(spec.to_json())) == spec
     assert spec.supports_target(90) and not spec.supports_target(80)
+    # a cluster along the weight rows: named, rendered into the kernel's ClusterShape
+    clustered = FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk", (2, 1))
+    assert clustered.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x128x64_c2x1_cooperative_streamk"
+    assert spec_from_dict(json.loads(clustered.to_json())) == clustered
+    assert "using ClusterShape = Shape<_2, _1, _1>;" in render(clustered).source
+    assert "using ClusterShape = Shape<_1, _1, _1>;" in render(spec).source
 
 
 @pytest.mark.parametrize("group_size, k, ok", [(64, 4096, True), (128, 4096, True), (256, 4096, True),

@@ -249,3 +249,29 @@ def test_stream_k_workspace_from_poisoned_memory(splits):
         assert rel_err(out, ref) < BOUND[torch.float16], splits
         first = out if first is None else first
         assert torch.equal(out, first)
+
+
+CLUSTER_CASES = [(torch.float16, 4), (torch.bfloat16, 8)]
+
+
+@pytest.mark.parametrize("dtype, bits", CLUSTER_CASES)
+def test_cluster_kernels(dtype, bits):
+    """Kernels with clusters along the weight rows (FpAIntBSm90Spec.cluster: the token tile multicast
+    to 2 or 4 CTAs), from the catalog and the sweep list: a weight of 136 rows (two 128-row tiles, so a
+    4-CTA cluster has two CTAs wholly past the padded rows) and of 392 (four tiles, the last partial),
+    odd M, group 128 with zeros, bias and SiLU, stream-K with the heuristic decomposition and 3 slices."""
+    from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
+    specs = [s for s in fpaintb_sm90_specs(ACT_NAMES[dtype], bits, sweep=True) if s.cluster != (1, 1)]
+    assert specs
+    k = 640
+    for n in (136, 392):
+        weight = random_weight(k, n, bits, 128, True, dtype, seed=n)
+        bias = randn(n, dtype=dtype, seed=4)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation="silu")
+        for m in (3, 17, 300):
+            x = randn(m, k, dtype=dtype, seed=m + n)
+            ref = reference(x, weight, bias, "silu")
+            for spec in specs:
+                for s in ((0, 3) if spec.scheduler == "streamk" else (0,)):
+                    err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=s)), ref)
+                    assert err < BOUND[dtype], (spec.name, n, m, s, err)

@@ -234,16 +234,20 @@ class FpAIntBSm90Spec(KernelSpec):
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     TILE_N: ClassVar[tuple] = (16, 32, 64, 128, 256)
     TILE_K: ClassVar[int] = 64  # 128 bytes of 16-bit activations: the 128-byte swizzle
+    # Thread block clusters along the weight rows (the kernel's M): the cluster's CTAs share one token
+    # tile, which TMA multicasts to all of them, so each activation byte leaves L2 once per cluster.
+    CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (4, 1))
 
     act: str
     bits: int
     tile: tuple
     schedule: str = "cooperative"
     scheduler: str = "persistent"
+    cluster: tuple = (1, 1)
     arch: int = 90
 
     def __post_init__(self):
-        self._as_ints("tile")
+        self._as_ints("tile", "cluster")
         tile = self.tile
         self._require_sm90()
         if self.act not in ACT_TYPES:
@@ -253,7 +257,8 @@ class FpAIntBSm90Spec(KernelSpec):
         if len(tile) != 2:
             raise ValueError(f"tile is a (weight rows, tokens) pair, got {self.tile!r}")
         for what, value, allowed in (("schedule", self.schedule, self.SCHEDULES),
-                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("tile N", tile[1], self.TILE_N)):
+                                     ("scheduler", self.scheduler, self.SCHEDULERS), ("tile N", tile[1], self.TILE_N),
+                                     ("cluster", self.cluster, self.CLUSTERS)):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
         rows = {"cooperative": 128, "pingpong": 64}[self.schedule]
@@ -286,7 +291,8 @@ class FpAIntBSm90Spec(KernelSpec):
     @property
     def name(self) -> str:
         tm, tn = self.tile
-        return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.TILE_K}_c1x1"
+        cm, cn = self.cluster
+        return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}"
                 f"_{self.schedule}_{self.scheduler}")
 
 
@@ -376,6 +382,18 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     ((128, 256), "cooperative", "streamk"),
     ((64, 64), "pingpong", "persistent"),
     ((64, 128), "pingpong", "persistent"),
+    # Clusters along the weight rows (the token tile multicast to 2 or 4 CTAs). At a 128 x 128 tile a
+    # CTA reads 4x more activation bytes (FP16) than code bytes (INT4), so sharing them looked like the
+    # lever for M = 128-1024. Measured on an H100 (benchmarks/device_cluster.sh, 2026-11-27, the six
+    # shapes, M 32-2048): within a few percent of the same tile without a cluster either way, no
+    # consistent gain; ncu of the 128 x 128 kernel at M = 1024 (14336 x 21504) puts L2 at 65% of peak and
+    # the tensor pipe at 74% of elapsed cycles, so L2 traffic is not what limits it. Not in the catalog.
+    ((128, 32), "cooperative", "streamk", (2, 1)),
+    ((128, 64), "cooperative", "streamk", (2, 1)),
+    ((128, 128), "cooperative", "streamk", (2, 1)),
+    ((128, 128), "cooperative", "streamk", (4, 1)),
+    ((128, 256), "cooperative", "streamk", (2, 1)),
+    ((128, 128), "cooperative", "persistent", (2, 1)),
 ]
 
 
@@ -383,7 +401,7 @@ def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntB
     """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width (with
     sweep, also the benchmark-only configurations)."""
     configs = FPAINTB_SM90_CONFIGS + (FPAINTB_SM90_SWEEP_CONFIGS if sweep else [])
-    return [FpAIntBSm90Spec(act, bits, tile, schedule, scheduler) for tile, schedule, scheduler in configs]
+    return [FpAIntBSm90Spec(act, bits, *config) for config in configs]
 
 
 def _fpaintb_gemm_sm90(target_sm: int) -> list[KernelSpec]:

@@ -54,7 +54,8 @@ def label(choice) -> str:
         tm, tn = spec.tile
         pp = "pp" if spec.schedule == "pingpong" else ""
         sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
-        return f"s90{tm}x{tn}{pp}{sk}"
+        cluster = f"c{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
+        return f"s90{tm}x{tn}{pp}{cluster}{sk}"
     if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
     if spec.family == "fpaintb_gemm":

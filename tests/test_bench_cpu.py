@@ -379,7 +379,7 @@ def test_a_json_result_replots_on_another_machine(tmp_path, capsys):
 
 @pytest.mark.parametrize("script, flags", [
     ("bench_w8a8.py", ["--json", "--quick", "--nk", "--m", "--sweep", "--sweep-m", "--sweep-promote", "--no-table"]),
-    ("bench_fpaintb.py", ["--json", "--sweep", "--no-bf16", "--sweep-bits", "--quick", "--nk", "--m"]),
+    ("bench_fpaintb.py", ["--json", "--sweep", "--no-bf16", "--sweep-bits", "--sweep-match", "--quick", "--nk", "--m"]),
     ("bench_fp8.py", ["--json", "--sweep", "--quick", "--nk"]),
     ("bench_conv.py", ["--json", "--batch", "--sweep", "--quick"]),
     ("bench_conv_fpaintb.py", ["--json", "--batch", "--quick", "--sweep"]),

@@ -31,7 +31,7 @@ FpAIntBGemvSpec stream=True), dequant+cuBLAS.
 --decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
 and INT8 per channel (FP16) with the path before the decode variant ("old": the B-operand small-M
 kernel or the 16-row tiled GEMM, as heuristics chose it), every decode-variant configuration of the
-catalog, the plan's own choice, BF16 INT4 (plan) against cuBLAS BF16, tinygemm, cuBLAS FP16 and the
+catalog and of the sweep list (16-token CTAs wider than the catalog's), the plan's own choice, BF16 INT4 (plan) against cuBLAS BF16, tinygemm, cuBLAS FP16 and the
 INT4 / INT8 floors; the summary gives geomeans against cuBLAS and tinygemm and the fraction of copy
 bandwidth, per M and configuration.
 """
@@ -173,7 +173,7 @@ def run_decode(shapes, ms, bf16: bool = True, l2_prefetch=(), plan_only: bool = 
     # every configuration one CTA per output tile and split-K (ctas_per_sm as the heuristic gives it)
     split = heuristics.FPAINTB_STREAM_CTAS_PER_SM or 8
     stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c), ctas)
-                     for c in fpaintb_stream_configs(bits) for ctas in (0, split)] for bits in (4, 8)}
+                     for c in fpaintb_stream_configs(bits, sweep=True) for ctas in (0, split)] for bits in (4, 8)}
     specs = set() if plan_only else {c.spec for cs in stream.values() for c in cs}
     if not plan_only:
         specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}

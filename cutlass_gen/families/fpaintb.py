@@ -321,8 +321,20 @@ _FPAINTB_STREAM_CONFIGS = {
 }
 
 
-def fpaintb_stream_configs(bits: int) -> list[dict]:
-    return [dict(c, stream=True) for c in _FPAINTB_STREAM_CONFIGS[bits]]
+# 16-token CTAs for M = 9 ... 16, wider than the catalog's (more columns share each lane's activation
+# registers, which the 16-column CTA spends twice over at 16 tokens): for bench_fpaintb.py --decode and
+# benchmarks/diag_decode16.py only (qgemm/fpaintb/heuristics.py has what they measured).
+_FPAINTB_STREAM_SWEEP_CONFIGS = {
+    4: [dict(n_tiles=4, warps_k=4), dict(n_tiles=8, warps_k=4), dict(n_tiles=4, warps_k=8),
+        dict(n_tiles=4, warps_k=4, prefetch=2)],
+    8: [],
+}
+
+
+def fpaintb_stream_configs(bits: int, sweep: bool = False) -> list[dict]:
+    """The decode variant's catalog configurations (with sweep, also the benchmark-only ones)."""
+    configs = _FPAINTB_STREAM_CONFIGS[bits] + (_FPAINTB_STREAM_SWEEP_CONFIGS[bits] if sweep else [])
+    return [dict(c, stream=True) for c in configs]
 
 
 def _fpaintb_gemv(target_sm: int) -> list[KernelSpec]:

@@ -116,6 +116,18 @@ def tiled_choice(spec, m: int, n: int, sm_count: int) -> FpAIntBChoice:
 # halve the occupancy), so the decode variant stops at 8 rows and M 9-16 keep the tiled GEMM.
 # Split-K stays in the kernel (FPAINTB_STREAM_CTAS_PER_SM > 0 turns it on) for grids smaller than
 # these shapes.
+# Wider 16-token CTAs (bench_fpaintb.py --decode --m 16 and benchmarks/diag_decode16.py on an H100,
+# 2026-11-27; us at M = 9 / 16, the 16-row tiled GEMM against CTAs of 32 columns x 8 warps, each call
+# after another qgemm call): 4096 x 1024 12.2 / 12.2 against 6.9 / 7.5; 4096 x 4096 15.4 / 15.4 against
+# 8.2 / 8.9; 11008 x 4096 22.1 / 21.9 against 15.0 / 18.1; 14336 x 4096 24.8 / 24.9 against 17.1 / 18.6;
+# 28672 x 8192 63.0 / 63.3 against 57.7 / 62.7; with more column CTAs (4096 x 12288 and up) they lost
+# 10-37%. A plan rule taking them where N / 32 <= the SM count (or twice that from K = 8192) made the
+# compiled Llama-3-8B W4A16 model (8 layers, packed, batch 16) slower, not faster: 7913 tok/s against
+# 8102 and 8090 with the rule off (one run each way, off-on-off). The likely difference, not yet
+# measured: in those benchmarks each call follows another qgemm call, which lets the programmatically
+# launched decode variant start during its tail (as with the L2 prefetch below), while in the model
+# most qgemm calls follow an Inductor kernel; diag_decode16.py --between times each call after a torch
+# kernel to test that. So M 9-16 stay on the tiled GEMM.
 FPAINTB_STREAM_MAX_M = 8
 FPAINTB_STREAM_CTAS_PER_SM = 0
 FPAINTB_STREAM_WIDE_MIN_N = 12288

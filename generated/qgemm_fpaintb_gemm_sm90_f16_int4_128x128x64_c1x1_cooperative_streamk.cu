@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_f16_int4_128x128x64_c1x1_cooperative_streamk
-// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 128), schedule='cooperative', scheduler='streamk', arch=90)
+// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 128), schedule='cooperative', scheduler='streamk', cluster=(1, 1), arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::half_t activations x int4 weights, FP32 accumulation.
@@ -68,6 +68,7 @@ constexpr int kRowPadding = 128;  // >= every tile M, so tiles divide the padded
 static_assert(kRowPadding % 128 == 0, "the padded weight rows must split into whole tiles");
 
 using TileShape = Shape<_128, _128, _64>;
+// Clusters of 1 x 1 CTAs: CTAs along the weight rows share the token tile (TMA multicast).
 using ClusterShape = Shape<_1, _1, _1>;
 
 
@@ -215,4 +216,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x128x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,128]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x128x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,128]}")

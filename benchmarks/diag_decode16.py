@@ -24,7 +24,7 @@ from qgemm.bench.timing import rotation_count, timed_rotating
 from qgemm.fpaintb import heuristics
 from cutlass_gen.families.fpaintb import FpAIntBGemvSpec
 
-WIDE16 = dict(n_tiles=4, warps_k=8)  # 16-token CTAs of 32 columns and 8 warps
+WIDE16 = dict(n_tiles=4, warps_k=8)  # 16-token CTAs of 32 columns and 8 warps (a sweep-only config of the family)
 
 LLAMA_8B = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (4096, 1024)]  # (K, N): packed qkv, o, gate_up, down, k/v
 

@@ -315,7 +315,7 @@ def load_quantized(model_or_path, path=None, *, device=None, strict: bool = Fals
     if model is not None:
         # The checkpoint names the members (q_proj, ...): load into the unpacked model, then pack.
         refuse_packed(model, "load_quantized reads checkpoints into the unpacked model; call "
-                                 "fuse_projections_ after loading")
+                             "fuse_projections_ after loading")
     config = read_config(path)
     fmt = parse_quantization_config(config["quantization_config"])
     tensors = read_tensors(path)

@@ -26,7 +26,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
+from cutlass_gen.families.fpaintb import FpAIntBSm90Spec, fpaintb_sm90_specs
 from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
@@ -257,10 +257,9 @@ CLUSTER_CASES = [(torch.float16, 4), (torch.bfloat16, 8)]
 @pytest.mark.parametrize("dtype, bits", CLUSTER_CASES)
 def test_cluster_kernels(dtype, bits):
     """Kernels with clusters along the weight rows (FpAIntBSm90Spec.cluster: the token tile multicast
-    to 2 or 4 CTAs), from the catalog and the sweep list: a weight of 136 rows (two 128-row tiles, so a
+    to 2 or 4 CTAs), all of them from the sweep list (the catalog has none): a weight of 136 rows (two 128-row tiles, so a
     4-CTA cluster has two CTAs wholly past the padded rows) and of 392 (four tiles, the last partial),
     odd M, group 128 with zeros, bias and SiLU, stream-K with the heuristic decomposition and 3 slices."""
-    from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
     specs = [s for s in fpaintb_sm90_specs(ACT_NAMES[dtype], bits, sweep=True) if s.cluster != (1, 1)]
     assert specs
     k = 640

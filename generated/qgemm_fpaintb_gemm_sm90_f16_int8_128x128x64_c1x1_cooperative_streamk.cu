@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_f16_int8_128x128x64_c1x1_cooperative_streamk
-// spec:   FpAIntBSm90Spec(act='f16', bits=8, tile=(128, 128), schedule='cooperative', scheduler='streamk', cluster=(1, 1), arch=90)
+// spec:   FpAIntBSm90Spec(act='f16', bits=8, tile=(128, 128), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::half_t activations x int8 weights, FP32 accumulation.
@@ -99,10 +99,13 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     void, LayoutD, kAlignmentD, ElementOutput, LayoutD, kAlignmentD,
     EpilogueSchedule, FusionOp>::CollectiveOp;
 
+
 // (codes, scale, zero'): CUTLASS's scale-with-zero mode, w = q * scale + zero'.
+using MainloopOperandA = cute::tuple<ElementQ, ElementScale, ElementScale>;
+
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cute::tuple<ElementQ, ElementScale, ElementScale>, WeightLayout, kAlignmentQ,
+    MainloopOperandA, WeightLayout, kAlignmentQ,
     ElementAct, LayoutX, kAlignmentX,
     float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
@@ -148,7 +151,9 @@ struct Adapter {
     args.mainloop.ptr_S = static_cast<ElementScale const*>(p.ptr[2]);
     args.mainloop.dS = StrideScale{_1{}, int64_t(n), int64_t(n) * groups};
     args.mainloop.group_size = int(p.ext[0]);
+
     args.mainloop.ptr_Z = static_cast<ElementScale const*>(p.ptr[3]);
+
 
     StrideD stride_d{_1{}, p.ld[2], int64_t(m) * p.ld[2]};
     args.epilogue.thread.alpha = 1.f;
@@ -216,4 +221,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int8_128x128x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":8,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,128]}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int8_128x128x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":8,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,128],\"zeros\":true}")

@@ -64,6 +64,22 @@ def test_spec_name_and_round_trip():
     assert "using ClusterShape = Shape<_1, _1, _1>;" in render(spec).source
 
 
+def test_scale_only_spec():
+    """zeros=False: CUTLASS's scale-only mode (w = q * scale) for symmetric weights, named and rendered
+    without the zero' operand; zeros must be a bool."""
+    spec = FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk", zeros=False)
+    assert spec.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x128x64_c1x1_cooperative_streamk_scaleonly"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    src = render(spec).source
+    assert "using MainloopOperandA = cute::tuple<ElementQ, ElementScale>;" in src
+    assert "ptr_Z" not in src and "p.ptr[3]" not in src
+    with_zeros = render(FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk")).source
+    assert "using MainloopOperandA = cute::tuple<ElementQ, ElementScale, ElementScale>;" in with_zeros
+    assert "args.mainloop.ptr_Z" in with_zeros and "p.ptr[3] &&" in with_zeros
+    with pytest.raises(TypeError, match="zeros must be a bool"):
+        FpAIntBSm90Spec("f16", 4, (128, 128), zeros=1)
+
+
 @pytest.mark.parametrize("group_size, k, ok", [(64, 4096, True), (128, 4096, True), (256, 4096, True),
                                                (4096, 4096, True), (192, 384, True), (32, 4096, False),
                                                (96, 192, False)])
@@ -74,7 +90,7 @@ def test_group_sizes(group_size, k, ok):
 
 def test_render_names_the_pieces():
     src = render(FpAIntBSm90Spec("f16", 4, (128, 64), "cooperative", "streamk")).source
-    for piece in ("cute::tuple<ElementQ, ElementScale, ElementScale>", "cutlass::int4b_t",
+    for piece in ("tuple<ElementQ, ElementScale, ElementScale>", "cutlass::int4b_t",
                   "KernelTmaWarpSpecializedCooperative", "cutlass::gemm::StreamKScheduler",
                   "LinCombPerRowBiasEltAct", "qgemm::fpaintb::RuntimeActivation",
                   "reordered_weight_layout<ElementAct, kBits>", "Shape<_128, _64, _64>",
@@ -89,8 +105,11 @@ def test_render_names_the_pieces():
 
 def test_catalog_is_small_and_sm90_only():
     specs = catalog(90, FAMILY)
-    assert len(specs) <= 12  # each costs a minute or more of CI build time
+    # Three tiles, each with zeros and scale-only, per activation type and width; each kernel costs a
+    # minute or more of CI build time.
+    assert len(specs) <= 24
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
+    assert sum(not s.zeros for s in specs) == len(specs) // 2
     assert catalog(80, FAMILY) == [] and catalog(75, FAMILY) == []
     sweep = fpaintb_sm90_specs("f16", 4, sweep=True)
     assert len(sweep) == len(specs) // 4 + len(FPAINTB_SM90_SWEEP_CONFIGS)
@@ -104,9 +123,10 @@ def test_heuristic_picks_catalog_kernels_over_all_m():
     for act in ("f16", "bf16"):
         for bits in (4, 8):
             for m in (heuristics.FPAINTB_SM90_MIN_M, 33, 64, 65, 256, 1000, 1023, 1024, 4096, 16384):
-                choice = heuristics.fpaintb_sm90_choice(m, 12288, 4096, bits, act, 132)
-                assert choice.spec.name in names, (m, choice.spec.name)
-                assert (choice.spec.act, choice.spec.bits) == (act, bits)
+                for zeros in (True, False):
+                    choice = heuristics.fpaintb_sm90_choice(m, 12288, 4096, bits, act, 132, zeros=zeros)
+                    assert choice.spec.name in names, (m, choice.spec.name)
+                    assert (choice.spec.act, choice.spec.bits, choice.spec.zeros) == (act, bits, zeros)
 
 
 def test_heuristic_tile_by_m():

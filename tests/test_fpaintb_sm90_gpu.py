@@ -13,7 +13,8 @@ element by element); with |q|, |2^(bits-1) - zero| <= 2^(bits-1) that is a few e
 sign, about 1.2 eps RMS relative to the weight's RMS for random codes and zero points. FP32 WGMMA
 accumulation adds far less, the output's rounding once more eps/sqrt(3) RMS: about 8e-4 (FP16) and
 6e-3 (BF16) in all, under the bounds. Symmetric weights have zero' = 0 and only the rounding of
-q * scale (the Sm80 kernels' error). Outputs are poisoned with NaN before each launch, so an unwritten
+q * scale (the Sm80 kernels' error); the scale-only kernels they run form q * scale with that same
+single rounding. Outputs are poisoned with NaN before each launch, so an unwritten
 element fails.
 
 Group size 32 is not a Sm90 size (the collective reads one scale row per 64-deep K tile): such
@@ -64,7 +65,8 @@ def test_every_catalog_kernel(bits, dtype):
     """Each catalog kernel at odd M (1, 3, 17: one partial token tile; 300, 1000: several), on
     N = 136 (a partial 128-row weight tile: the padded rows are computed, never stored), with group
     sizes 64 (zeros), 128 (zeros), 256 (symmetric) and K (per channel, symmetric), bias and every
-    activation; stream-K kernels also with 3 split-K slices."""
+    activation; stream-K kernels also with 3 split-K slices. The scale-only kernels (spec.zeros False)
+    run on the symmetric weights and are refused, before any launch, for the weights with zeros."""
     n = 136
     for group_size, k, zeros in ((64, 704, True), (128, 640, True), (256, 768, False), (None, 704, False)):
         g = group_size or k
@@ -74,6 +76,10 @@ def test_every_catalog_kernel(bits, dtype):
             plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation=activation)
             assert plan.sm90
             for spec in sm90_specs(dtype, bits):
+                if zeros and not spec.zeros:
+                    with pytest.raises(ValueError, match="scale-only"):
+                        plan(randn(3, k, dtype=dtype, seed=1), choice=heuristics.FpAIntBSm90Choice(spec))
+                    continue
                 splits = (0, 3) if spec.scheduler == "streamk" else (0,)
                 for m in ((1, 3, 17, 300, 1000) if activation == "none" else (3, 17, 300)):
                     x = randn(m, k, dtype=dtype, seed=m + i)
@@ -101,6 +107,8 @@ def test_plan_dispatch_odd_shapes(bits, dtype, group_size, zeros):
             choice = plan.choice(m)
             sm90 = heuristics.fpaintb_sm90_applies(m, n, k, g, 90)
             assert isinstance(choice, heuristics.FpAIntBSm90Choice) == sm90, (m, g)
+            if sm90:  # random zero points are almost never all at the code bias
+                assert choice.spec.zeros == zeros, (m, g, choice.spec.name)
             assert plan.sm90 == (group_size != 32)
             x = randn(m, k, dtype=dtype, seed=m)
             err = rel_err(run(plan, x), reference(x, weight))
@@ -139,21 +147,26 @@ def test_out_aligned_to_4_bytes_runs_the_sm80_kernels():
         plan(x, out, choice=plan.choice(m))
 
 
-def test_nan_and_inf_in_activations_reach_the_output():
+@pytest.mark.parametrize("zeros", (False, True))
+def test_nan_and_inf_in_activations_reach_the_output(zeros):
     """As in an unquantized GEMM: a NaN or Inf in a row of x makes that row's outputs NaN or +-Inf
-    (every weight is non-zero here), other rows stay finite."""
+    (every weight is non-zero here), other rows stay finite; through the scale-only kernel (symmetric)
+    and the one with zeros."""
     m, n, k = 64, 128, 512
     g = torch.Generator().manual_seed(5)
     u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
-    u[u == 8] = 9  # no zero weight: (u - 8) * scale
+    zero = 7 if zeros else 8
+    u[u == zero] = 9  # no zero weight: (u - zero) * scale
     scale = (torch.rand(k // 128, n, generator=g) * 0.02 + 0.005).half()
-    weight = IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, None, 4, 128, None)).to("cuda")
+    zero_points = torch.full((k // 128, n), zero, dtype=torch.uint8) if zeros else None
+    weight = IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zero_points, 4, 128, None)).to("cuda")
     plan = qgemm.FpAIntBPlan(weight)
     x = randn(m, k, dtype=torch.float16, seed=6)
     x[3, 10] = float("nan")
     x[7, 20] = float("inf")
     out = run(plan, x)
-    assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
+    choice = plan.choice(m)
+    assert isinstance(choice, heuristics.FpAIntBSm90Choice) and choice.spec.zeros == zeros
     assert out[3].isnan().all() and (out[7].isinf() | out[7].isnan()).all()
     finite = [i for i in range(m) if i not in (3, 7)]
     assert out[finite].isfinite().all()
@@ -177,21 +190,33 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
     plan = qgemm.FpAIntBPlan(IntBWeight.from_awq(aq, az, scales).to("cuda"))
     assert isinstance(plan.choice(m), heuristics.FpAIntBSm90Choice)
+    # A symmetric GPTQ checkpoint stores every zero at the code bias (8): zero' = 0, so the plan takes
+    # the scale-only kernel, act-order included.
+    sym = torch.full_like(zeros, 8)
+    qweight, qzeros, _, _ = wq_format.pack_gptq(wq_format.IntWeight(u, scales, sym, 4, gs, None))
+    layer = qgemm.nn.QuantLinear.from_gptq(qweight.cuda(), qzeros.cuda(), scales.cuda(), g_idx.cuda())
+    expected_w = wq_format.from_gptq(qweight, qzeros, scales, g_idx).dequantize()
+    assert rel_err(layer(x), x.double().cpu() @ expected_w) < BOUND[torch.float16]
+    plan = qgemm.FpAIntBPlan(IntBWeight.from_gptq(qweight, qzeros, scales, g_idx).to("cuda"))
+    assert not plan.choice(m).spec.zeros
 
 
-@pytest.mark.parametrize("m, tile, scheduler, splits", [
-    (200, (128, 128), "streamk", 0),      # CUTLASS's heuristic decomposition
-    (24, (128, 32), "streamk", 4),        # the heuristic's explicit split: 8 output tiles on 132 SMs
-    (200, (128, 256), "persistent", 0),
+@pytest.mark.parametrize("m, tile, scheduler, splits, zeros", [
+    (200, (128, 128), "streamk", 0, True),      # CUTLASS's heuristic decomposition
+    (24, (128, 32), "streamk", 4, True),        # the heuristic's explicit split: 8 output tiles on 132 SMs
+    (200, (128, 256), "persistent", 0, True),
+    (200, (128, 128), "streamk", 0, False),     # the scale-only kernels, symmetric weights
+    (24, (128, 32), "streamk", 4, False),
 ])
-def test_cuda_graph_and_two_streams(m, tile, scheduler, splits):
+def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros):
     """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
     bits (CUTLASS's deterministic stream-K reduction, split-K slices included), and two streams running the
     plan at once on different inputs each get their own result."""
     n, k = 1024, 4096
-    weight = random_weight(k, n, 4, 128, True, torch.float16, seed=8)
+    weight = random_weight(k, n, 4, 128, zeros, torch.float16, seed=8)
     plan = qgemm.FpAIntBPlan(weight, bias=randn(n, dtype=torch.float16, seed=1), activation="silu")
-    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler), splits=splits)
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler, zeros=zeros),
+                                          splits=splits)
     if splits:
         assert plan.choice(m) == choice
     x = randn(m, k, dtype=torch.float16, seed=5)

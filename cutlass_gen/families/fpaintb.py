@@ -244,10 +244,16 @@ class FpAIntBSm90Spec(KernelSpec):
     schedule: str = "cooperative"
     scheduler: str = "persistent"
     cluster: tuple = (1, 1)
+    # zeros: CUTLASS's scale-with-zero mode, w = q * scale + zero' (every weight). False: its scale-only
+    # mode, w = q * scale, for symmetric weights (zero' = 0): no zero' tile through TMA and shared
+    # memory, no zero' fragment in registers and one FP op less per converted pair.
+    zeros: bool = True
     arch: int = 90
 
     def __post_init__(self):
         self._as_ints("tile", "cluster")
+        if not isinstance(self.zeros, bool):
+            raise TypeError(f"zeros must be a bool, got {type(self.zeros).__name__}")
         tile = self.tile
         self._require_sm90()
         if self.act not in ACT_TYPES:
@@ -293,7 +299,7 @@ class FpAIntBSm90Spec(KernelSpec):
         tm, tn = self.tile
         cm, cn = self.cluster
         return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}"
-                f"_{self.schedule}_{self.scheduler}")
+                f"_{self.schedule}_{self.scheduler}{'' if self.zeros else '_scaleonly'}")
 
 
 # --- catalog ---------------------------------------------------------------------------------
@@ -410,10 +416,12 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
 
 
 def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntBSm90Spec]:
-    """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width (with
-    sweep, also the benchmark-only configurations)."""
-    configs = FPAINTB_SM90_CONFIGS + (FPAINTB_SM90_SWEEP_CONFIGS if sweep else [])
-    return [FpAIntBSm90Spec(act, bits, *config) for config in configs]
+    """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width, each with zero
+    points and scale-only (for symmetric weights), and with sweep also the benchmark-only
+    configurations (with zero points)."""
+    specs = [FpAIntBSm90Spec(act, bits, *config, zeros=zeros) for config in FPAINTB_SM90_CONFIGS
+             for zeros in (True, False)]
+    return specs + ([FpAIntBSm90Spec(act, bits, *config) for config in FPAINTB_SM90_SWEEP_CONFIGS] if sweep else [])
 
 
 def _fpaintb_gemm_sm90(target_sm: int) -> list[KernelSpec]:

@@ -55,7 +55,8 @@ def label(choice) -> str:
         pp = "pp" if spec.schedule == "pingpong" else ""
         sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
         cluster = f"c{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
-        return f"s90{tm}x{tn}{pp}{cluster}{sk}"
+        so = "" if spec.zeros else "so"
+        return f"s90{tm}x{tn}{pp}{cluster}{so}{sk}"
     if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
     if spec.family == "fpaintb_gemm":

@@ -256,9 +256,11 @@ def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
     return min(FPAINTB_SM90_MAX_SPLITS, sm_count // tiles) if 2 * tiles <= sm_count else 0
 
 
-def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int) -> FpAIntBSm90Choice:
-    """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above)."""
+def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
+                        zeros: bool = True) -> FpAIntBSm90Choice:
+    """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). zeros=False
+    (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
-    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler), splits=splits)
+    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros), splits=splits)

@@ -278,6 +278,9 @@ class FpAIntBPlan(Plan):
         # TMA and the bias broadcast read 16-byte vectors: fresh allocations, never a caller's view.
         self._sm90_scale = self._scale.clone()
         self._sm90_zero = fpaintb_pack.sm90_zero(self._scale, w.zero, w.bits, self.act_dtype)
+        # zero' = 0 everywhere (symmetric weights, and GPTQ checkpoints whose zeros all sit at the code
+        # bias): the scale-only kernels compute the same w = q * scale with less work per code.
+        self._sm90_zeros = bool(self._sm90_zero.any())
         self._sm90_bias = self.bias.clone() if self.bias is not None else None
         p = self._new_problem(w.n, w.k, with_sm_count=True)
         self._set(p, FpAIntBSm90Spec.SLOTS, w=self._sm90_packed.data_ptr(), scale=self._sm90_scale.data_ptr(),
@@ -290,7 +293,8 @@ class FpAIntBPlan(Plan):
         """The kernel this plan uses for M rows."""
         w = self.weight
         if self.sm90 and heuristics.fpaintb_sm90_applies(m, w.n, w.k, w.group_size, self.target_sm):
-            return heuristics.fpaintb_sm90_choice(m, w.n, w.k, w.bits, self._act, self._sm_count)
+            return heuristics.fpaintb_sm90_choice(m, w.n, w.k, w.bits, self._act, self._sm_count,
+                                                  zeros=self._sm90_zeros)
         return self._sm80_choice(m)
 
     def _sm80_choice(self, m: int) -> heuristics.FpAIntBChoice:
@@ -367,6 +371,9 @@ class FpAIntBPlan(Plan):
                              f"group size {self.weight.group_size}, or sm90=False)")
         if (spec.act, spec.bits) != (self._act, self.weight.bits):
             raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits})")
+        if not spec.zeros and self._sm90_zeros:
+            raise ValueError(f"choice {spec.name} is a scale-only kernel (w = q * scale); this weight has zero "
+                             f"points, which need a kernel with zeros=True")
         kernel = get_kernel(spec, self.target_sm)
         launch = self._plan(kernel, self._sm90_problem, lambda p: self._fill_sm90(p, m, choice))
         return choice, kernel, launch, 0

@@ -200,6 +200,10 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 #     tile) stays on the Sm80 kernels.
 # The persistent 128 x 128 kernel ran 4-7% faster than the stream-K one at M = 2048; it stays in the
 # sweep list, out of the catalog (each Sm90 kernel adds one to two minutes to CI's build).
+# Scale-only kernels (FpAIntBSm90Spec zeros=False) for weights whose zero' is 0 everywhere (symmetric):
+# same tiles, no zero' operand. benchmarks/device_scaleonly.sh, H100 2026-11-27, the six shapes, INT4 g128
+# FP16, the plan's tile with and without zeros in one run (sk0): geomean speed-up 1.078x at M = 32
+# (1.047-1.128), 1.016x at 128, 1.025x at 256 (0.947-1.066), 1.030x at 1024 (0.999-1.079).
 FPAINTB_SM90_MIN_M = 17
 FPAINTB_SM90_DEQUANT_MIN_M = 2048
 FPAINTB_SM90_MAX_SPLITS = 4

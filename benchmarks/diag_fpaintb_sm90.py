@@ -1,0 +1,41 @@
+"""One call of the FpA x IntB plan (INT4 g128 symmetric, FP16) and one of cuBLAS FP16 (torch.matmul) at
+the same shape, for Nsight Compute: why the Sm90 kernel trails cuBLAS at M = 256-1024 (issue 16).
+
+    ncu --section WarpStateStats ... -k regex:"qgemm_fpaintb_gemm_sm90|nvjet|gemm" -c 2 \\
+        python benchmarks/diag_fpaintb_sm90.py --m 1024 --nk 14336x21504
+
+Both calls run once to load and warm up, then once more between two synchronizations: under ncu
+use --launch-skip for the warm-up calls (benchmarks/device_stalls.sh does)."""
+import argparse
+
+import torch
+
+import qgemm
+from qgemm import wq_format
+from qgemm.fpaintb.plan import IntBWeight
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, default=1024)
+    ap.add_argument("--nk", default="14336x21504", help="KxN, as bench_fpaintb.py's --nk")
+    ap.add_argument("--zeros", action="store_true", help="asymmetric weights (the kernel with zero')")
+    args = ap.parse_args(argv)
+    k, n = (int(v) for v in args.nk.split("x"))
+    g = torch.Generator().manual_seed(0)
+    u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+    scale = (torch.rand(k // 128, n, generator=g) * 0.02 + 0.005).half()
+    zero = torch.randint(0, 16, (k // 128, n), generator=g, dtype=torch.uint8) if args.zeros else None
+    weight = IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zero, 4, 128, None)).to("cuda")
+    plan = qgemm.FpAIntBPlan(weight, act_dtype=torch.float16)
+    x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
+    w16 = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    print(f"M={args.m} K={k} N={n}: {plan.choice(args.m)}", flush=True)
+    for _ in range(2):
+        plan(x)
+        x @ w16
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,7 @@ from ..fpaintb.plan import ACT_DTYPES, StreamKBuffers, check_act_dtype
 from ..plan import Plan, _Call
 from . import heuristics
 from . import quant as conv_quant
-from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent
+from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent, output_extent
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes
@@ -281,17 +281,17 @@ class FpAIntBConvPlan(Plan):
             y = y.to(out_dtype)
         return y.permute(0, 3, 1, 2) if nchw else y
 
-    def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
-        ho, wo = self.output_hw(h, w)
-        if ho < 1 or wo < 1:
-            raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
-                             f"dilation {self.dilation} and padding {self.padding} allow")
+    def _check_extent(self, n: int, h: int, w: int, ho: int, wo: int):
         # The implicit GEMM's gather and its row index are 32-bit (templates/include/qgemm/fpaintb/gemm.h,
         # valid_conv); the output's addresses are 64-bit.
         _checks.index_limit(f"x's element count (N*H*W*C for x of {(n, h, w, self.in_channels)})",
                             n * h * w * self.in_channels, MAX_ELEMENTS, "32-bit gather offsets: split the batch")
         _checks.index_limit(f"the output pixels (N*P*Q = {n}*{ho}*{wo})", n * ho * wo, MAX_ELEMENTS,
                             "32-bit GEMM rows: split the batch")
+
+    def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
+        ho, wo = output_extent(self, h, w)
+        self._check_extent(n, h, w, ho, wo)
         choice = choice or self.choice(n, h, w)
         spec = choice.spec
         if (spec.family, spec.act, spec.bits) != ("fpaintb_conv", self._act, self.weight.bits) or \

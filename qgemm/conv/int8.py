@@ -91,6 +91,29 @@ def nhwc_extent(x: torch.Tensor, in_channels: int) -> tuple[int, int, int]:
     return n, h, w
 
 
+def output_extent(conv, h: int, w: int) -> tuple[int, int]:
+    """(Ho, Wo) of `conv` (a plan or a qgemm.nn convolution: kernel_size, stride, padding, dilation)
+    for an input of (h, w); ValueError where the dilated filter does not fit the padded input."""
+    ho, wo = conv_quant.output_hw((h, w), conv.kernel_size, conv.stride, conv.padding, conv.dilation)
+    if ho < 1 or wo < 1:
+        raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {conv.kernel_size} with "
+                         f"dilation {conv.dilation} and padding {conv.padding} allow")
+    return ho, wo
+
+
+def fake_output(conv, x: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """An empty output of `conv` (as output_extent's) for x as the kernels return it: NHWC memory, an
+    [N, Co, Ho, Wo] channels_last view for layout "nchw": what a fake implementation returns under
+    torch.compile / torch.export."""
+    _checks.one_of("layout", layout, LAYOUTS)
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D, got shape {tuple(x.shape)}")
+    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "nchw" else x.shape[:3]
+    ho, wo = output_extent(conv, h, w)
+    out = x.new_empty((n, ho, wo, conv.out_channels), dtype=dtype)
+    return out.permute(0, 3, 1, 2) if layout == "nchw" else out
+
+
 def _pack(pair: tuple[int, int]) -> int:
     """A (height, width) pair in one QgemmProblem.ext slot, as the template unpacks it."""
     return (pair[0] << 32) | pair[1]
@@ -285,10 +308,7 @@ class ConvInt8Plan(Plan):
         self._set(p, batch=n, height=height, width=width)
 
     def _prepare(self, n: int, h: int, w: int, choice) -> _Call:
-        ho, wo = self.output_hw(h, w)
-        if ho < 1 or wo < 1:
-            raise ValueError(f"x's spatial size ({h}, {w}) is smaller than the filter {self.kernel_size} with "
-                             f"dilation {self.dilation} and padding {self.padding} allow")
+        ho, wo = output_extent(self, h, w)
         kh, kw = self._kernel_input_hw(h, w)
         for name, elements in (("x", n * kh * kw * self.padded_channels),
                                ("the output", n * ho * wo * self.out_channels)):

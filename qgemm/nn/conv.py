@@ -12,7 +12,7 @@ from ..conv import quant as conv_quant
 from ..conv.fpaintb import ACTIVATIONS as CONV_ACTIVATIONS
 from ..conv.fpaintb import BLOCK_SIZES as CONV_BLOCK_SIZES
 from ..conv.fpaintb import CHANNEL_ALIGNMENT, FpAIntBConvPlan, IntConvWeight
-from ..conv.int8 import LAYOUTS, ConvInt8Plan, _pair
+from ..conv.int8 import LAYOUTS, ConvInt8Plan, _pair, fake_output
 from ..conv.quant import ConvInt8Quant
 from ..fpaintb import ACT_DTYPES
 from ._base import QuantModule
@@ -36,17 +36,6 @@ def check_conv(conv, need_cuda: bool = False):
                          f"explicit padding")
     if need_cuda:
         _checks.cuda_device("conv.weight", conv.weight)
-
-
-def _fake_conv_output(module, x: torch.Tensor, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    """An empty output as the kernels return it: NHWC memory, an [N, Co, Ho, Wo] channels_last view for nchw."""
-    _checks.one_of("layout", layout, LAYOUTS)
-    if x.dim() != 4:
-        raise ValueError(f"x must be 4-D, got shape {tuple(x.shape)}")
-    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "nchw" else x.shape[:3]
-    ho, wo = conv_quant.output_hw((h, w), module.kernel_size, module.stride, module.padding, module.dilation)
-    out = x.new_empty((n, ho, wo, module.out_channels), dtype=dtype)
-    return out.permute(0, 3, 1, 2) if layout == "nchw" else out
 
 
 def _geometry(kernel_size, stride, padding, dilation):
@@ -148,7 +137,7 @@ class QuantConv2d(QuantModule):
 
     def _fake_forward(self, x: torch.Tensor, layout: str | None = None) -> torch.Tensor:
         float_out = x.is_floating_point() and self.float_output
-        return _fake_conv_output(self, x, layout or self.layout, x.dtype if float_out else torch.int8)
+        return fake_output(self, x, layout or self.layout, x.dtype if float_out else torch.int8)
 
     def _make_plan(self) -> ConvInt8Plan:
         return ConvInt8Plan(self.weight, self.quant, bias=self.bias, stride=self.stride, padding=self.padding,
@@ -281,7 +270,7 @@ class IntWeightConv2d(QuantModule):
     _takes_layout = True
 
     def _fake_forward(self, x: torch.Tensor, layout: str | None = None) -> torch.Tensor:
-        return _fake_conv_output(self, x, layout or self.layout, x.dtype)
+        return fake_output(self, x, layout or self.layout, x.dtype)
 
     def _make_plan(self, act_dtype: torch.dtype) -> FpAIntBConvPlan:
         return FpAIntBConvPlan(self.int_weight(), act_dtype=act_dtype, bias=self.bias, activation=self.activation,

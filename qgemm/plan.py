@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from . import _checks
+from . import _checks, _plan_ops
 from ._abi import QgemmProblem
 from ._runtime import CallBuffers, cached, current_stream, outside_graph_pools
 
@@ -43,7 +43,12 @@ class Plan:
     and lock, the device and its multiprocessor count, the per-size cache, the launch.
 
     `device` is None for the quantizers, which serve every device; `sm_count` is passed in by the
-    family's module (its own `sm_count`, which CPU tests replace)."""
+    family's module (its own `sm_count`, which CPU tests replace).
+
+    Under torch.compile / torch.export a plan's call is a custom op (qgemm/_plan_ops.py): each
+    public __call__ begins with `if is_compiling() and _plan_ops.tracing(): return
+    _plan_ops.call(...)`, and the family implements `_fake_call(x, out, layout)`, the op's fake
+    implementation. `_qgemm_handle` names the plan to the ops."""
 
     # The slot layout of the plan's problem (cutlass_gen.spec.Slots: its kernels' spec.SLOTS).
     slots = None
@@ -56,6 +61,7 @@ class Plan:
         self._lock = threading.Lock()  # the problem and Params buffers are shared by callers
         self._calls: dict = {}  # per problem size: what _prepare made
         self._problem = QgemmProblem()
+        self._qgemm_handle = _plan_ops.register(self)  # the plan's name in the compile ops
 
     def _set(self, problem: QgemmProblem, slots=None, /, **values):
         """Write the named slots of `problem` (slots: a kernel spec's SLOTS; default self.slots)."""
@@ -100,3 +106,20 @@ class Plan:
         if m == 0 or x.shape[1] != k:
             raise ValueError(f"x must have shape (M >= 1, {k}), got {tuple(x.shape)}")
         return m
+
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        """The compile ops' fake implementation (qgemm/_plan_ops.py): the eager call's checks that
+        need no data, and an empty output as the eager call returns it."""
+        raise NotImplementedError(f"{type(self).__name__} has no fake implementation")
+
+    def _fake_gemm(self, x: torch.Tensor, out: torch.Tensor | None, dtypes: tuple, k: int, n: int,
+                   out_dtype: torch.dtype) -> torch.Tensor:
+        """_fake_call of a GEMM plan: x [M, k] of `dtypes` in, [M, n] of out_dtype out."""
+        m = self._check_x(x, dtypes, k)
+        _checks.index_limit("x.shape[0] (M)", m)
+        if out is not None:
+            _checks.tensor("out", out, (out_dtype,), ndim=2)
+            _checks.shape("out", out, (m, n))
+            _checks.cuda_device("out", out, self.device)
+            _checks.contiguous("out", out)
+        return x.new_empty((m, n), dtype=out_dtype)

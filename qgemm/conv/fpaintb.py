@@ -31,11 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.compiler import is_compiling
 
 from cutlass_gen.families.conv import FpAIntBConvSpec
 from cutlass_gen.families.fpaintb_layout import layout as weight_layout
 
-from .. import _checks
+from .. import _checks, _plan_ops
 from .._abi import QgemmProblem
 from .._runtime import current_stream, get_kernel, plan_launch, sm_count
 from ..fpaintb import pack as fpaintb_pack
@@ -43,7 +44,7 @@ from ..fpaintb.plan import ACT_DTYPES, StreamKBuffers, check_act_dtype
 from ..plan import Plan, _Call
 from . import heuristics
 from . import quant as conv_quant
-from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, nhwc_extent, output_extent
+from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, check_fake_out, fake_output, nhwc_extent, output_extent
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes
@@ -225,7 +226,10 @@ class FpAIntBConvPlan(Plan):
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
                  choice: heuristics.FpAIntBChoice | None = None) -> torch.Tensor:
         """out for x (`layout` "nhwc" or "nchw"; module docstring); `choice` overrides the
-        heuristic's kernel, for tuning."""
+        heuristic's kernel, for tuning. Under torch.compile / torch.export one custom op
+        (qgemm/_plan_ops.py), which takes no choice."""
+        if is_compiling() and _plan_ops.tracing():
+            return _plan_ops.call(self, x, out, layout, choice)
         _checks.one_of("layout", layout, LAYOUTS)
         _checks.tensor("x", x, (self.act_dtype, torch.float32), ndim=4)
         _checks.cuda_device("x", x, self.device)
@@ -280,6 +284,25 @@ class FpAIntBConvPlan(Plan):
         if out_dtype != self.act_dtype:
             y = y.to(out_dtype)
         return y.permute(0, 3, 1, 2) if nchw else y
+
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        _checks.one_of("layout", layout, LAYOUTS)
+        _checks.tensor("x", x, (self.act_dtype, torch.float32), ndim=4)
+        _checks.cuda_device("x", x, self.device)
+        if layout == "nchw":
+            if x.shape[1] != self.in_channels:
+                raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
+                                 f"got {tuple(x.shape)}")
+            n, h, w = nhwc_extent(x.permute(0, 2, 3, 1), self.in_channels)
+        else:
+            _checks.contiguous("x", x)
+            n, h, w = nhwc_extent(x, self.in_channels)
+        y = fake_output(self, x, layout, x.dtype)
+        ho, wo = y.shape[2:] if layout == "nchw" else y.shape[1:3]
+        self._check_extent(n, h, w, ho, wo)
+        if out is not None:
+            check_fake_out(out, y, layout, self.device)
+        return y
 
     def _check_extent(self, n: int, h: int, w: int, ho: int, wo: int):
         # The implicit GEMM's gather and its row index are 32-bit (templates/include/qgemm/fpaintb/gemm.h,

@@ -53,10 +53,11 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
+from torch.compiler import is_compiling
 
 from cutlass_gen.families.conv import CONV_INT8_SLOTS, ConvInt8Sm90Spec, ConvInt8Spec
 
-from .. import _checks
+from .. import _checks, _plan_ops
 from .._abi import QgemmProblem
 from .._runtime import cached, current_stream, get_kernel, sm_count
 from ..plan import Plan, _Call
@@ -112,6 +113,17 @@ def fake_output(conv, x: torch.Tensor, layout: str, dtype: torch.dtype) -> torch
     ho, wo = output_extent(conv, h, w)
     out = x.new_empty((n, ho, wo, conv.out_channels), dtype=dtype)
     return out.permute(0, 3, 1, 2) if layout == "nchw" else out
+
+
+def check_fake_out(out: torch.Tensor, expected: torch.Tensor, layout: str, device):
+    """A convolution's fake implementation: `out` as the eager call checks it against the output it
+    would return (`expected`, fake_output's): its dtype and shape, NHWC in memory."""
+    _checks.tensor("out", out, (expected.dtype,), ndim=4)
+    _checks.shape("out", out, tuple(expected.shape))
+    _checks.cuda_device("out", out, device)
+    if not (out.permute(0, 2, 3, 1) if layout == "nchw" else out).is_contiguous():
+        raise ValueError(f"out must be NHWC in memory (channels_last with layout 'nchw'); got strides "
+                         f"{out.stride()} for shape {tuple(out.shape)}")
 
 
 def _pack(pair: tuple[int, int]) -> int:
@@ -233,7 +245,10 @@ class ConvInt8Plan(Plan):
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, layout: str = "nhwc",
                  choice: ConvInt8Spec | ConvInt8Sm90Spec | None = None) -> torch.Tensor:
         """out_q for x_q (int8, `layout` "nhwc" or "nchw"); `choice` overrides the heuristic's
-        kernel, for tuning."""
+        kernel, for tuning. Under torch.compile / torch.export one custom op (qgemm/_plan_ops.py),
+        which takes no choice."""
+        if is_compiling() and _plan_ops.tracing():
+            return _plan_ops.call(self, x, out, layout, choice)
         if layout != "nhwc":
             _checks.one_of("layout", layout, LAYOUTS)
             return self._call_nchw(x, out, choice)
@@ -241,6 +256,23 @@ class ConvInt8Plan(Plan):
         _checks.cuda_device("x", x, self.device)
         _checks.contiguous("x", x)
         return self._call_nhwc(x, out, choice)
+
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        _checks.one_of("layout", layout, LAYOUTS)
+        _checks.tensor("x", x, (torch.int8,), ndim=4)
+        _checks.cuda_device("x", x, self.device)
+        if layout == "nchw":
+            if x.shape[1] != self.in_channels:
+                raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
+                                 f"got {tuple(x.shape)}")
+            nhwc_extent(x.permute(0, 2, 3, 1), self.in_channels)
+        else:
+            _checks.contiguous("x", x)
+            nhwc_extent(x, self.in_channels)
+        y = fake_output(self, x, layout, torch.int8)
+        if out is not None:
+            check_fake_out(out, y, layout, self.device)
+        return y
 
     def _call_nhwc(self, x, out, choice) -> torch.Tensor:
         """x int8 [N, H, W, Ci] on the plan's device; contiguous, or any strides when the channels are

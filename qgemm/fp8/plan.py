@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.compiler import is_compiling
 
 from cutlass_gen.families.fp8 import Fp8ActQuantSpec, Fp8BlockwiseGemmSpec
 
-from .. import _checks, reference
+from .. import _checks, _plan_ops, reference
 from .._abi import QgemmProblem
 from .._runtime import get_kernel, sm_count, zeroed_workspace
 from ..plan import Plan
@@ -174,7 +175,10 @@ _quantize = _QuantLauncher()
 
 def quantize_activations_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> Fp8Activations:
     """Quantize x [M, K] (float32/float16/bfloat16, CUDA, contiguous) per token and 128-K group to
-    FP8 on the GPU, on the current stream: scale = max(|x|, 1e-10) / fp8_max, q = fp8(x / scale)."""
+    FP8 on the GPU, on the current stream: scale = max(|x|, 1e-10) / fp8_max, q = fp8(x / scale).
+    Eager calls only (under torch.compile / torch.export, call the plan on x)."""
+    if is_compiling() and _plan_ops.tracing():
+        raise _plan_ops.eager_only("qgemm.quantize_activations_fp8")
     _checks.tensor("x", x, tuple(INPUT_DTYPES), ndim=2)
     _checks.cuda_device("x", x)
     _checks.contiguous("x", x)
@@ -255,14 +259,24 @@ class Fp8GemmPlan(Plan):
         return choice
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x W^T + bias [M, N] in out_dtype (into `out` if given) for x [M, K]. Under torch.compile /
+        torch.export one custom op (qgemm/_plan_ops.py)."""
+        if is_compiling() and _plan_ops.tracing():
+            return _plan_ops.call(self, x, out)
         m = self._check_x(x, tuple(INPUT_DTYPES), self._k)
         _check_rows("x.shape[0]", m, self._k)
         _check_aligned("x", x)
         return self.gemm(_quantize(x, self.act_dtype), out)
 
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        y = self._fake_gemm(x, out, tuple(INPUT_DTYPES), self._k, self._n, self.out_dtype)
+        _check_rows("x.shape[0]", x.shape[0], self._k)
+        return y
+
     def gemm(self, xa: Fp8Activations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized. `choice` (a heuristics.Fp8Choice)
-        overrides the heuristic, for tuning."""
+        overrides the heuristic, for tuning. Eager calls only, as quantize_activations_fp8: under
+        torch.compile / torch.export call the plan itself, plan(x)."""
         self._check_gemm_args(xa, out)
         m = xa.q.shape[0]
         if out is None:

@@ -23,10 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.compiler import is_compiling
 
 from cutlass_gen.families.w8a8 import ActQuantSpec, W8A8GemmSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
-from .. import _checks, reference
+from .. import _checks, _plan_ops, reference
 from .._abi import QgemmProblem
 from .._runtime import cached, current_stream, get_kernel, plan_launch, sm_count, zeroed_workspace
 from ..plan import Plan
@@ -215,7 +216,10 @@ def quantize_activations(x: torch.Tensor, block_size: int, symmetric: bool = Fal
     """Quantize activations x [M, K] (float32/float16/bfloat16, CUDA, contiguous) per row
     and K-block on the GPU, on the current stream: asymmetric (x ~= scale * q + offset) or, with
     `symmetric`, x ~= scale * q (the block-INT8 scheme). A block with NaN or Inf gets a NaN scale,
-    so the GEMM's outputs of that row are NaN."""
+    so the GEMM's outputs of that row are NaN. Eager calls only (under torch.compile / torch.export,
+    call the plan on x)."""
+    if is_compiling() and _plan_ops.tracing():
+        raise _plan_ops.eager_only("qgemm.quantize_activations")
     _check_block_size(block_size)
     if not isinstance(symmetric, bool):
         raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
@@ -354,6 +358,10 @@ class W8A8GemmPlan(Plan):
                                               heuristics.w8a8_promote_arch(self.target_sm), self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """act(x W^T + bias) [M, N] in out_dtype (into `out` if given) for x [M, K]. Under torch.compile
+        / torch.export one custom op (qgemm/_plan_ops.py)."""
+        if is_compiling() and _plan_ops.tracing():
+            return _plan_ops.call(self, x, out)
         m = self._check_x(x, tuple(INPUT_DTYPES), self._k)
         _checks.index_limit("x.shape[0] (M)", m)
         if self._gemv is not None and heuristics.w8a8_gemv_applies(m, self.target_sm, self._n, self._k):
@@ -371,6 +379,9 @@ class W8A8GemmPlan(Plan):
         self._launch_sm90(q.data_ptr(), base, *offsets, out, m, None)
         return out
 
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        return self._fake_gemm(x, out, tuple(INPUT_DTYPES), self._k, self._n, self.out_dtype)
+
     def _call_gemv(self, x: torch.Tensor, out: torch.Tensor | None, m: int, **kwargs) -> torch.Tensor:
         """The fused quantize + decode kernel (qgemm/w8a8_gemv.py); kwargs: its choice= and dump=."""
         if out is None:
@@ -382,7 +393,8 @@ class W8A8GemmPlan(Plan):
     def gemm(self, xq: QuantizedActivations, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
         """The GEMM alone, from activations already quantized by quantize_activations (with the
         weight's scheme). `choice` overrides the heuristic: a heuristics.W8A8Sm90Choice with
-        launch_mode "sm90", a heuristics.W8A8PromoteChoice with "promote"."""
+        launch_mode "sm90", a heuristics.W8A8PromoteChoice with "promote". Eager calls only, as
+        quantize_activations: under torch.compile / torch.export call the plan itself, plan(x)."""
         if not self._valid_fast(xq, out):
             self._check_gemm_args(xq, out)  # raises, naming the argument
         m = xq.q.shape[0]

@@ -19,23 +19,22 @@ soon as a second plan passes through the same code; an op cannot look a SymInt u
 a constant, guarded by value.
 
 Each plan's __call__ begins with `if is_compiling() and _plan_ops.tracing(): return
-_plan_ops.call(...)` (FpAIntBPlan's is wrapped by `routed`, qgemm/fpaintb/_compile.py), so eager calls
-never go through the ops and pay one torch.compiler.is_compiling() check (~50 ns). `tracing()` keeps
-real calls made while compiling on the eager path: inductor runs an op's real implementation when it
-folds constants (freezing=True and a plan applied to a parameter), and that plan call, or a module's
-forward calling its plan, would otherwise route back into the op without end. Tuning arguments
-(choice=) select a kernel in eager calls only: under compilation `call` refuses them. The
-GEMM-alone entries that take quantized activations (W8A8GemmPlan.gemm, Fp8GemmPlan.gemm) have no op:
-their quantizers refuse to be traced (`eager_only`).
+_plan_ops.call(...)`, so eager calls never go through the ops and pay one
+torch.compiler.is_compiling() check (~50 ns). `tracing()` keeps real calls made while compiling on
+the eager path: inductor runs an op's real implementation when it folds constants (freezing=True and
+a plan applied to a parameter), and that plan call, or a module's forward calling its plan, would
+otherwise route back into the op without end. Tuning arguments (choice=) select a kernel in eager
+calls only: under compilation `call` refuses them. The GEMM-alone entries that take quantized
+activations (W8A8GemmPlan.gemm, Fp8GemmPlan.gemm) have no op: their quantizers refuse to be traced
+(`eager_only`).
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import weakref
 
 import torch
-from torch.compiler import is_compiling, is_dynamo_compiling, is_exporting
+from torch.compiler import is_dynamo_compiling, is_exporting
 
 _PLANS: dict[str, weakref.ReferenceType] = {}
 _NEXT = itertools.count(1)
@@ -85,20 +84,6 @@ def eager_only(what: str) -> RuntimeError:
     structures the GEMM-alone entries take): `if is_compiling() and tracing(): raise eager_only(...)`."""
     return RuntimeError(f"{what} runs in eager calls only: under torch.compile / torch.export call the plan on "
                         f"the unquantized activations, plan(x), which quantizes inside its op")
-
-
-def routed(eager_call):
-    """`eager_call` (a GEMM plan's __call__(self, x, out=None, *, choice=None)) with the routing in
-    front, for a class whose __call__ does not begin with it. Costs one more Python call per eager call
-    (~0.1 us) than the check written at the top of __call__."""
-
-    @functools.wraps(eager_call)
-    def __call__(self, x, out=None, **kwargs):
-        if is_compiling() and tracing():
-            return call(self, x, out, "", **kwargs)
-        return eager_call(self, x, out, **kwargs)
-
-    return __call__
 
 
 def _eager(plan, x, out, layout: str):

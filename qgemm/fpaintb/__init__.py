@@ -2,7 +2,7 @@
 
 wq_format.py: the logical weight and the checkpoint formats (GPTQ, AWQ, signed, compressed-tensors);
 pack.py: the kernels' packed layouts; plan.py: the packed weight and the GEMM plan; heuristics.py: the
-kernel by shape; _compile.py: the plan's routing under torch.compile.
+kernel by shape.
 """
 from .plan import (
     ACT_DTYPES,
@@ -15,6 +15,3 @@ from .plan import (
     fpaintb_linear,
     sm90_streamk_flag_bytes,
 )
-from . import _compile
-
-_compile.install()  # FpAIntBPlan under torch.compile / torch.export (_compile.py's docstring)

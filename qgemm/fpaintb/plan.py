@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.compiler import is_compiling
 
 from cutlass_gen.families.fpaintb_layout import layout
 from cutlass_gen.families.fpaintb import FPAINTB_SLOTS, FpAIntBDequantSpec, FpAIntBSm90Spec
 
-from .. import _checks
+from .. import _checks, _plan_ops
 from .._abi import QgemmProblem
 from .._runtime import current_stream, get_kernel, plan_launch, sm_count
 from ..plan import Plan
@@ -297,12 +298,22 @@ class FpAIntBPlan(Plan):
                                                   zeros=self._sm90_zeros)
         return self._sm80_choice(m)
 
+    def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
+        """x [M, K] in act_dtype -> [M, N] in act_dtype (the eager call's checks but alignment): the
+        compile ops' fake implementation."""
+        w = self.weight
+        return self._fake_gemm(x, out, (self.act_dtype,), w.k, w.n, self.act_dtype)
+
     def _sm80_choice(self, m: int) -> heuristics.FpAIntBChoice:
         w = self.weight
         return heuristics.fpaintb_choice(m, w.n, w.k, w.bits, self._act, self._arch, self._sm_count)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, *, choice=None) -> torch.Tensor:
-        """`choice` (a heuristics.FpAIntBChoice) overrides the heuristic, for tuning."""
+        """act(x W + bias) [M, N] in act_dtype (into `out` if given) for x [M, K]. `choice` (a
+        heuristics.FpAIntBChoice or FpAIntBSm90Choice) overrides the heuristic, for tuning, in eager calls
+        only. Under torch.compile / torch.export one custom op (qgemm/_plan_ops.py)."""
+        if is_compiling() and _plan_ops.tracing():
+            return _plan_ops.call(self, x, out, choice=choice)
         w = self.weight
         m = self._check_x(x, (self.act_dtype,), w.k)
         _checks.index_limit("x.shape[0] (M)", m)

@@ -42,6 +42,7 @@ FAMILY = FpAIntBSm90Spec.family
     (dict(scheduler="splitk"), "scheduler must be one of ('persistent', 'streamk')"),
     (dict(tile=(128,)), "tile is a (weight rows, tokens) pair"),
     (dict(cluster=(1, 2)), "cluster must be one of ((1, 1), (2, 1), (4, 1))"),
+    (dict(tile_k=96), "tile_k must be one of (64, 128)"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(act="f16", bits=4, tile=(128, 128))
@@ -62,6 +63,17 @@ def test_spec_name_and_round_trip():
     assert spec_from_dict(json.loads(clustered.to_json())) == clustered
     assert "using ClusterShape = Shape<_2, _1, _1>;" in render(clustered).source
     assert "using ClusterShape = Shape<_1, _1, _1>;" in render(spec).source
+
+
+def test_tile_k_128():
+    """128-deep K tiles: named and rendered; they take K and group sizes in multiples of 128 (or one
+    group per column) and refuse group 64."""
+    spec = FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk", tile_k=128)
+    assert spec.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x128x128_c1x1_cooperative_streamk"
+    assert "using TileShape = Shape<_128, _128, _128>;" in render(spec).source
+    assert spec.supports(4096, 128) and spec.supports(4096, 4096) and spec.supports(384, 384)
+    assert not spec.supports(4096, 64) and not spec.supports(4160, 4160)
+    assert FpAIntBSm90Spec("f16", 4, (128, 128)).supports(4096, 64)
 
 
 def test_scale_only_spec():

@@ -299,3 +299,31 @@ def test_cluster_kernels(dtype, bits):
                 for s in ((0, 3) if spec.scheduler == "streamk" else (0,)):
                     err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=s)), ref)
                     assert err < BOUND[dtype], (spec.name, n, m, s, err)
+
+
+@pytest.mark.parametrize("zeros", (False, True))
+def test_k128_and_wide_sweep_kernels(zeros):
+    """The sweep list's 128-deep K tiles and its 128 x 256 scale-only tile (FP16 INT4; none in the
+    catalog) on weights they take: K = 640 in groups of 128 and per channel, 136 rows, odd M, bias and
+    SiLU, stream-K with the heuristic decomposition and 3 slices; a scale-only kernel only where the
+    weight is symmetric, and a 128-deep one refused, before any launch, for group 64."""
+    specs = [s for s in fpaintb_sm90_specs("f16", 4, sweep=True)
+             if s.cluster == (1, 1) and (s.tile_k == 128 or not s.zeros and s.tile[1] == 256)]
+    assert len(specs) == 3
+    k, n = 640, 136
+    for g in (128, k):
+        weight = random_weight(k, n, 4, g, zeros, torch.float16, seed=g)
+        bias = randn(n, dtype=torch.float16, seed=4)
+        plan = qgemm.FpAIntBPlan(weight, bias=bias, activation="silu")
+        for m in (3, 17, 300):
+            x = randn(m, k, dtype=torch.float16, seed=m)
+            ref = reference(x, weight, bias, "silu")
+            for spec in specs:
+                if zeros and not spec.zeros:
+                    continue
+                for s in (0, 3):
+                    err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=s)), ref)
+                    assert err < BOUND[torch.float16], (spec.name, g, m, s, err)
+    plan = qgemm.FpAIntBPlan(random_weight(k, n, 4, 64, zeros, torch.float16, seed=1))
+    with pytest.raises(ValueError, match="128-deep K tiles"):
+        plan(randn(3, k, dtype=torch.float16, seed=1), choice=heuristics.FpAIntBSm90Choice(specs[0]))

@@ -233,7 +233,8 @@ class FpAIntBSm90Spec(KernelSpec):
     SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     TILE_N: ClassVar[tuple] = (16, 32, 64, 128, 256)
-    TILE_K: ClassVar[int] = 64  # 128 bytes of 16-bit activations: the 128-byte swizzle
+    TILE_K: ClassVar[int] = 64  # the smallest K tile: 128 bytes of 16-bit activations, the 128-byte swizzle
+    TILE_KS: ClassVar[tuple] = (64, 128)
     # Thread block clusters along the weight rows (the kernel's M): the cluster's CTAs share one token
     # tile, which TMA multicasts to all of them, so each activation byte leaves L2 once per cluster.
     CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (4, 1))
@@ -248,6 +249,9 @@ class FpAIntBSm90Spec(KernelSpec):
     # mode, w = q * scale, for symmetric weights (zero' = 0): no zero' tile through TMA and shared
     # memory, no zero' fragment in registers and one FP op less per converted pair.
     zeros: bool = True
+    # K per pipeline stage: 128 halves the per-stage barrier waits and scale loads and lets the mainloop
+    # keep up to 7 WGMMAs in flight (CUTLASS's K_WAIT_MAX), for group sizes that are multiples of 128.
+    tile_k: int = 64
     arch: int = 90
 
     def __post_init__(self):
@@ -264,7 +268,7 @@ class FpAIntBSm90Spec(KernelSpec):
             raise ValueError(f"tile is a (weight rows, tokens) pair, got {self.tile!r}")
         for what, value, allowed in (("schedule", self.schedule, self.SCHEDULES),
                                      ("scheduler", self.scheduler, self.SCHEDULERS), ("tile N", tile[1], self.TILE_N),
-                                     ("cluster", self.cluster, self.CLUSTERS)):
+                                     ("cluster", self.cluster, self.CLUSTERS), ("tile_k", self.tile_k, self.TILE_KS)):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
         rows = {"cooperative": 128, "pingpong": 64}[self.schedule]
@@ -287,9 +291,13 @@ class FpAIntBSm90Spec(KernelSpec):
         return fpaintb_layout.sm90_layout(self.bits)
 
     @staticmethod
-    def supports_group_size(group_size: int, k: int) -> bool:
+    def supports_group_size(group_size: int, k: int, tile_k: int = TILE_K) -> bool:
         """The collective reads one scale row per K tile: groups of whole K tiles, or K itself."""
-        return group_size == k or (group_size > 0 and group_size % FpAIntBSm90Spec.TILE_K == 0)
+        return group_size == k or (group_size > 0 and group_size % tile_k == 0)
+
+    def supports(self, k: int, group_size: int) -> bool:
+        """Whether this kernel takes a weight of K rows in groups of group_size (K in whole K tiles)."""
+        return k % self.tile_k == 0 and self.supports_group_size(group_size, k, self.tile_k)
 
     def template_context(self) -> dict:
         return {"layout": self.layout}
@@ -298,7 +306,7 @@ class FpAIntBSm90Spec(KernelSpec):
     def name(self) -> str:
         tm, tn = self.tile
         cm, cn = self.cluster
-        return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}"
+        return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.tile_k}_c{cm}x{cn}"
                 f"_{self.schedule}_{self.scheduler}{'' if self.zeros else '_scaleonly'}")
 
 
@@ -412,6 +420,15 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     ((128, 128), "cooperative", "streamk", (4, 1)),
     ((128, 256), "cooperative", "streamk", (2, 1)),
     ((128, 128), "cooperative", "persistent", (2, 1)),
+    # 128-deep K tiles, and the 128 x 256 tile scale-only: fewer conversion and per-stage instructions
+    # per WGMMA. ncu of the plan's 128 x 128 scale-only kernel at M = 1024 (14336 x 21504, H100): tensor
+    # pipe 80% of active cycles, issue slots 44% busy, where cuBLAS's kernel has 97% and 18%. Measured
+    # (benchmarks/device_tilek.sh, 2026-11-27, the six shapes, M = 128, 256, 1024) against the plan's
+    # 128 x 128 scale-only kernel: 128-deep K tiles 0.99-1.03x geomean (0.92-1.09x per shape), 128 x 256
+    # 0.47x at M = 128, 0.76x at 256, 0.93x at 1024 (0.80-1.10x): no consistent gain. Not in the catalog.
+    dict(tile=(128, 128), scheduler="streamk", zeros=False, tile_k=128),
+    dict(tile=(128, 128), scheduler="streamk", tile_k=128),
+    dict(tile=(128, 256), scheduler="streamk", zeros=False),
 ]
 
 
@@ -421,7 +438,10 @@ def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntB
     configurations (with zero points)."""
     specs = [FpAIntBSm90Spec(act, bits, *config, zeros=zeros) for config in FPAINTB_SM90_CONFIGS
              for zeros in (True, False)]
-    return specs + ([FpAIntBSm90Spec(act, bits, *config) for config in FPAINTB_SM90_SWEEP_CONFIGS] if sweep else [])
+    if sweep:
+        specs += [FpAIntBSm90Spec(act, bits, **config) if isinstance(config, dict) else FpAIntBSm90Spec(act, bits, *config)
+                  for config in FPAINTB_SM90_SWEEP_CONFIGS]
+    return specs
 
 
 def _fpaintb_gemm_sm90(target_sm: int) -> list[KernelSpec]:

@@ -56,7 +56,8 @@ def label(choice) -> str:
         sk = f"sk{choice.splits}" if spec.scheduler == "streamk" else ""
         cluster = f"c{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
         so = "" if spec.zeros else "so"
-        return f"s90{tm}x{tn}{pp}{cluster}{so}{sk}"
+        kt = "" if spec.tile_k == 64 else f"k{spec.tile_k}"
+        return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{sk}"
     if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
     if spec.family == "fpaintb_gemm":

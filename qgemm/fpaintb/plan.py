@@ -382,6 +382,9 @@ class FpAIntBPlan(Plan):
                              f"group size {self.weight.group_size}, or sm90=False)")
         if (spec.act, spec.bits) != (self._act, self.weight.bits):
             raise ValueError(f"choice {spec.name} does not fit this plan (act {self._act}, int{self.weight.bits})")
+        if not spec.supports(self.weight.k, self.weight.group_size):
+            raise ValueError(f"choice {spec.name} reads {spec.tile_k}-deep K tiles: K ({self.weight.k}) and the group "
+                             f"size ({self.weight.group_size}) must be multiples of {spec.tile_k} (or the group K)")
         if not spec.zeros and self._sm90_zeros:
             raise ValueError(f"choice {spec.name} is a scale-only kernel (w = q * scale); this weight has zero "
                              f"points, which need a kernel with zeros=True")

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device call for the Sm90 FpA x IntB sweep of 128-deep K tiles and the 128 x 256 scale-only tile
+# (issue 16, M = 128-1024): builds the FP16 catalog and the sweep kernels MATCH selects in one parallel
+# build, then bench_fpaintb.py --sweep sm90 (CUDA graphs, weights rotated through >= 4x L2).
+#   env: MS (default "128 256 1024"), MATCH (--sweep-match), BENCH_TIMEOUT (300), PLAN_COMPILE=1 (then
+#        tests/test_plan_compile_gpu.py, its kernels in the same build), TEST_TIMEOUT (150)
+set -uo pipefail
+source benchmarks/device_env.sh
+export MATCH=${MATCH:-'^s90128x(64|128|256)(k128)?(so)?sk0$'}
+timeout 300 python3 - <<'PY' 2>&1 | tail -3
+import os, re, time
+from cutlass_gen.build import build_many, find_artifact
+from cutlass_gen.catalog import catalog
+from qgemm.bench.fpaintb import label
+from qgemm.fpaintb import heuristics
+from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
+families = ("fpaintb_gemm_sm90", "fpaintb_gemm", "fpaintb_gemv", "fpaintb_dequant")
+specs = {s for f in families for s in catalog(90, f) if s.act == "f16"}
+specs |= {s for s in fpaintb_sm90_specs("f16", 4, sweep=True)
+          if re.search(os.environ["MATCH"], label(heuristics.FpAIntBSm90Choice(s)))}
+if os.environ.get("PLAN_COMPILE"):  # also the kernels of tests/test_plan_compile_gpu.py, run after the bench
+    import torch
+    from qgemm.prebuild import _collect
+    from test_plan_compile_gpu import gemm_plan
+    for name in ("fpaintb_int4_g128", "w8a8", "fp8"):
+        specs |= set(_collect(gemm_plan(name)[0], (1, 17, 300), 90))
+    specs |= set(catalog(90, "fpaintb_conv"))
+missing = [s for s in sorted(specs, key=lambda s: (s.family != "fpaintb_gemm_sm90", s.name)) if find_artifact(s, 90) is None]
+t0 = time.time()
+build_many(missing, 90, jobs=16, progress=lambda line: None)
+print(f"built {len(missing)} of {len(specs)} kernels for sm90 in {time.time() - t0:.0f} s")
+PY
+echo "build done at $(( $(date +%s) - T0 )) s"
+M_ARGS=$(for m in ${MS:-128 256 1024}; do printf -- "--m %s " "$m"; done)
+timeout -s KILL ${BENCH_TIMEOUT:-300} python3 benchmarks/bench_fpaintb.py --sweep sm90 --sweep-bits 4 --no-bf16 \
+  --sweep-match "$MATCH" $M_ARGS --json "$OUT/fpa_tilek.json" > "$OUT/fpa_tilek.log" 2>&1
+echo "bench rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "sweep|M=" "$OUT/fpa_tilek.log" | tail -n 30
+if [ -n "${PLAN_COMPILE:-}" ]; then
+  timeout -s KILL ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu tests/test_plan_compile_gpu.py -q -p no:cacheprovider \
+    > "$OUT/pytest_plan_compile.log" 2>&1
+  echo "pytest rc=$?"; grep -E "FAIL|Error|passed|failed" "$OUT/pytest_plan_compile.log" | tail -8
+fi

@@ -123,11 +123,11 @@ def tiled_choice(spec, m: int, n: int, sm_count: int) -> FpAIntBChoice:
 # 28672 x 8192 63.0 / 63.3 against 57.7 / 62.7; with more column CTAs (4096 x 12288 and up) they lost
 # 10-37%. A plan rule taking them where N / 32 <= the SM count (or twice that from K = 8192) made the
 # compiled Llama-3-8B W4A16 model (8 layers, packed, batch 16) slower, not faster: 7913 tok/s against
-# 8102 and 8090 with the rule off (one run each way, off-on-off). The likely difference, not yet
-# measured: in those benchmarks each call follows another qgemm call, which lets the programmatically
-# launched decode variant start during its tail (as with the L2 prefetch below), while in the model
-# most qgemm calls follow an Inductor kernel; diag_decode16.py --between times each call after a torch
-# kernel to test that. So M 9-16 stay on the tiled GEMM.
+# 8102 and 8090 with the rule off (one run each way, off-on-off). It is not that those benchmarks call
+# qgemm back to back (the programmatically launched decode variant starting during the previous
+# call's tail): after a torch kernel (diag_decode16.py --between, same day) the 32 x 8 CTAs kept their
+# lead (4096 x 4096 8.6 / 9.2 against 15.6 / 15.7; 14336 x 4096 17.5 / 19.4 against 24.9 / 25.3). The
+# model's loss has another cause, not yet found. So M 9-16 stay on the tiled GEMM.
 FPAINTB_STREAM_MAX_M = 8
 FPAINTB_STREAM_CTAS_PER_SM = 0
 FPAINTB_STREAM_WIDE_MIN_N = 12288

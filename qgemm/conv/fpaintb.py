@@ -44,7 +44,7 @@ from ..fpaintb.plan import ACT_DTYPES, StreamKBuffers, check_act_dtype
 from ..plan import Plan, _Call
 from . import heuristics
 from . import quant as conv_quant
-from .int8 import LAYOUTS, MAX_ELEMENTS, _pack, _pair, check_fake_out, fake_output, nhwc_extent, output_extent
+from .int8 import MAX_ELEMENTS, _pack, _pair, check_fake_out, conv_input, fake_output, output_extent
 
 BLOCK_SIZES = (32, 64, 128, 256)
 ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu": 3, "relu6": 4}  # the kernels' epilogue codes
@@ -230,18 +230,8 @@ class FpAIntBConvPlan(Plan):
         (qgemm/_plan_ops.py), which takes no choice."""
         if is_compiling() and _plan_ops.tracing():
             return _plan_ops.call(self, x, out, layout, choice)
-        _checks.one_of("layout", layout, LAYOUTS)
-        _checks.tensor("x", x, (self.act_dtype, torch.float32), ndim=4)
-        _checks.cuda_device("x", x, self.device)
+        x, n, h, w = conv_input(x, layout, (self.act_dtype, torch.float32), self.in_channels, self.device)
         nchw = layout == "nchw"
-        if nchw:
-            if x.shape[1] != self.in_channels:
-                raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
-                                 f"got {tuple(x.shape)}")
-            x = x.permute(0, 2, 3, 1)
-        else:
-            _checks.contiguous("x", x)
-        n, h, w = nhwc_extent(x, self.in_channels)
         if choice is None:
             call = self._cached((n, h, w), lambda: self._prepare(n, h, w, None))
         else:
@@ -286,17 +276,7 @@ class FpAIntBConvPlan(Plan):
         return y.permute(0, 3, 1, 2) if nchw else y
 
     def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
-        _checks.one_of("layout", layout, LAYOUTS)
-        _checks.tensor("x", x, (self.act_dtype, torch.float32), ndim=4)
-        _checks.cuda_device("x", x, self.device)
-        if layout == "nchw":
-            if x.shape[1] != self.in_channels:
-                raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
-                                 f"got {tuple(x.shape)}")
-            n, h, w = nhwc_extent(x.permute(0, 2, 3, 1), self.in_channels)
-        else:
-            _checks.contiguous("x", x)
-            n, h, w = nhwc_extent(x, self.in_channels)
+        _, n, h, w = conv_input(x, layout, (self.act_dtype, torch.float32), self.in_channels, self.device)
         y = fake_output(self, x, layout, x.dtype)
         ho, wo = y.shape[2:] if layout == "nchw" else y.shape[1:3]
         self._check_extent(n, h, w, ho, wo)

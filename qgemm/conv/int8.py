@@ -92,6 +92,22 @@ def nhwc_extent(x: torch.Tensor, in_channels: int) -> tuple[int, int, int]:
     return n, h, w
 
 
+def conv_input(x: torch.Tensor, layout: str, dtypes: tuple, in_channels: int, device) -> tuple:
+    """(x as an NHWC view, N, H, W) for a convolution's input in `layout`, after the checks its call
+    makes first: the layout, x's dtype (one of `dtypes`), rank and device, its channels, and for NHWC
+    contiguity (an NCHW input may be any channels-first tensor)."""
+    _checks.one_of("layout", layout, LAYOUTS)
+    _checks.tensor("x", x, dtypes, ndim=4)
+    _checks.cuda_device("x", x, device)
+    if layout == "nchw":
+        if x.shape[1] != in_channels:
+            raise ValueError(f"x must have shape (N, {in_channels}, H, W) with layout 'nchw', got {tuple(x.shape)}")
+        x = x.permute(0, 2, 3, 1)
+    else:
+        _checks.contiguous("x", x)
+    return (x, *nhwc_extent(x, in_channels))
+
+
 def output_extent(conv, h: int, w: int) -> tuple[int, int]:
     """(Ho, Wo) of `conv` (a plan or a qgemm.nn convolution: kernel_size, stride, padding, dilation)
     for an input of (h, w); ValueError where the dilated filter does not fit the padded input."""
@@ -258,17 +274,7 @@ class ConvInt8Plan(Plan):
         return self._call_nhwc(x, out, choice)
 
     def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:
-        _checks.one_of("layout", layout, LAYOUTS)
-        _checks.tensor("x", x, (torch.int8,), ndim=4)
-        _checks.cuda_device("x", x, self.device)
-        if layout == "nchw":
-            if x.shape[1] != self.in_channels:
-                raise ValueError(f"x must have shape (N, {self.in_channels}, H, W) with layout 'nchw', "
-                                 f"got {tuple(x.shape)}")
-            nhwc_extent(x.permute(0, 2, 3, 1), self.in_channels)
-        else:
-            _checks.contiguous("x", x)
-            nhwc_extent(x, self.in_channels)
+        conv_input(x, layout, (torch.int8,), self.in_channels, self.device)
         y = fake_output(self, x, layout, torch.int8)
         if out is not None:
             check_fake_out(out, y, layout, self.device)

@@ -401,25 +401,25 @@ FPAINTB_SM90_CONFIGS = [
     ((128, 128), "cooperative", "streamk"),
 ]
 FPAINTB_SM90_SWEEP_CONFIGS = [
-    ((128, 16), "cooperative", "streamk"),
-    ((128, 64), "cooperative", "persistent"),
-    ((128, 128), "cooperative", "persistent"),
-    ((128, 256), "cooperative", "persistent"),
-    ((128, 256), "cooperative", "streamk"),
-    ((64, 64), "pingpong", "persistent"),
-    ((64, 128), "pingpong", "persistent"),
+    dict(tile=(128, 16), scheduler="streamk"),
+    dict(tile=(128, 64), scheduler="persistent"),
+    dict(tile=(128, 128), scheduler="persistent"),
+    dict(tile=(128, 256), scheduler="persistent"),
+    dict(tile=(128, 256), scheduler="streamk"),
+    dict(tile=(64, 64), schedule="pingpong", scheduler="persistent"),
+    dict(tile=(64, 128), schedule="pingpong", scheduler="persistent"),
     # Clusters along the weight rows (the token tile multicast to 2 or 4 CTAs). At a 128 x 128 tile a
     # CTA reads 4x more activation bytes (FP16) than code bytes (INT4), so sharing them looked like the
     # lever for M = 128-1024. Measured on an H100 (benchmarks/device_cluster.sh, 2026-11-27, the six
     # shapes, M 32-2048): within a few percent of the same tile without a cluster either way, no
     # consistent gain; ncu of the 128 x 128 kernel at M = 1024 (14336 x 21504) puts L2 at 65% of peak and
     # the tensor pipe at 74% of elapsed cycles, so L2 traffic is not what limits it. Not in the catalog.
-    ((128, 32), "cooperative", "streamk", (2, 1)),
-    ((128, 64), "cooperative", "streamk", (2, 1)),
-    ((128, 128), "cooperative", "streamk", (2, 1)),
-    ((128, 128), "cooperative", "streamk", (4, 1)),
-    ((128, 256), "cooperative", "streamk", (2, 1)),
-    ((128, 128), "cooperative", "persistent", (2, 1)),
+    dict(tile=(128, 32), scheduler="streamk", cluster=(2, 1)),
+    dict(tile=(128, 64), scheduler="streamk", cluster=(2, 1)),
+    dict(tile=(128, 128), scheduler="streamk", cluster=(2, 1)),
+    dict(tile=(128, 128), scheduler="streamk", cluster=(4, 1)),
+    dict(tile=(128, 256), scheduler="streamk", cluster=(2, 1)),
+    dict(tile=(128, 128), scheduler="persistent", cluster=(2, 1)),
     # 128-deep K tiles, and the 128 x 256 tile scale-only: fewer conversion and per-stage instructions
     # per WGMMA. ncu of the plan's 128 x 128 scale-only kernel at M = 1024 (14336 x 21504, H100): tensor
     # pipe 80% of active cycles, issue slots 44% busy, where cuBLAS's kernel has 97% and 18%. Measured
@@ -439,8 +439,7 @@ def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntB
     specs = [FpAIntBSm90Spec(act, bits, *config, zeros=zeros) for config in FPAINTB_SM90_CONFIGS
              for zeros in (True, False)]
     if sweep:
-        specs += [FpAIntBSm90Spec(act, bits, **config) if isinstance(config, dict) else FpAIntBSm90Spec(act, bits, *config)
-                  for config in FPAINTB_SM90_SWEEP_CONFIGS]
+        specs += [FpAIntBSm90Spec(act, bits, **config) for config in FPAINTB_SM90_SWEEP_CONFIGS]
     return specs
 
 

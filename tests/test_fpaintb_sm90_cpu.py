@@ -458,3 +458,46 @@ def test_streamk_flag_bound_covers_every_tile():
         for m, n in ((1, 8), (17, 136), (64, 4096), (1000, 12288), (4096, 28672)):
             tiles = -(-n // spec.tile[0]) * -(-m // spec.tile[1])
             assert sm90_streamk_flag_bytes(m, n, spec) >= tiles * 2 * 4 + 128
+
+
+# --- the plan's Sm90 choice, made on the CPU (CPU tensors posing as an sm90 GPU's; nothing launched) ---
+
+@pytest.fixture
+def sm90_plan(monkeypatch):
+    """FpAIntBPlan(weight) on CPU tensors, as on an sm90 GPU with 132 SMs."""
+    from qgemm import _checks
+    from qgemm.fpaintb import plan as plan_mod
+    monkeypatch.setattr(_checks, "cuda_device", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(plan_mod, "sm_count", lambda device: 132)
+
+    def make(zero, group_size=128, k=512, n=64):
+        g = torch.Generator().manual_seed(group_size)
+        u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
+        scale = (torch.rand(k // group_size, n, generator=g) * 0.02 + 0.005).half()
+        zeros = None if zero is None else torch.full((k // group_size, n), zero, dtype=torch.uint8)
+        weight = plan_mod.IntBWeight.from_int_weight(wq_format.IntWeight(u, scale, zeros, 4, group_size, None))
+        return plan_mod.FpAIntBPlan(weight)
+    return make
+
+
+def test_plan_takes_scale_only_where_zero_prime_is_zero(sm90_plan):
+    """Symmetric weights, and zero points all at the code bias (8: a symmetric GPTQ checkpoint), take
+    the scale-only kernels; any other zero point the kernels with zeros."""
+    for zero, scale_only in ((None, True), (8, True), (7, False)):
+        plan = sm90_plan(zero)
+        for m in (heuristics.FPAINTB_SM90_MIN_M, 64, 1000):
+            spec = plan.choice(m).spec
+            assert spec.family == FAMILY and spec.zeros != scale_only, (zero, m, spec.name)
+
+
+def test_plan_refuses_forced_sm90_choices_that_do_not_fit(sm90_plan):
+    """Before any launch, with a ValueError naming the kernel: a scale-only kernel for a weight with
+    zero points; a 128-deep K tile for group 64."""
+    x = torch.randn(17, 512, generator=torch.Generator().manual_seed(0)).half()
+    scale_only = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 32), scheduler="streamk", zeros=False))
+    with pytest.raises(ValueError, match="scale-only kernel .* this weight has zero points"):
+        sm90_plan(7)(x, choice=scale_only)
+    deep = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, (128, 32), scheduler="streamk", tile_k=128))
+    with pytest.raises(ValueError, match=r"128-deep K tiles: K \(512\) and the group size \(64\) must be multiples"):
+        sm90_plan(None, group_size=64)(x, choice=deep)

@@ -22,18 +22,19 @@ qgemm BF16.
 --sweep sm90 times every Sm90 catalog kernel plus the sweep-only configurations
 (cutlass_gen/families/fpaintb.py FPAINTB_SM90_SWEEP_CONFIGS, clusters included) with stream-K split
 counts, for INT4 and INT8 (FP16 activations): the data heuristics.FPAINTB_SM90_* are set from;
---sweep-match keeps the Sm90 kernels whose label matches. Each row's swept times print on the line
-after it. --sweep sm80 times the tiled GEMM's shapes and split-K counts, the small-M kernel and the
-dequantize path (the table heuristics.fpaintb_choice was set from). Kernel labels:
-s90<tile>[k128][pp][c<cluster>][so][sk<splits>] Sm90 kernel (k128 128-deep K tiles, pp ping-pong, c2x1
-a cluster of 2 along the weight rows, so scale-only (symmetric weights), sk stream-K),
-g<tile>s<stages>c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode variant, FpAIntBGemvSpec stream=True), dequant+cuBLAS.
+--sweep-match keeps the Sm90 kernels whose label matches. Each row's swept times print on the line after it.
+--sweep sm80 times the tiled GEMM's shapes and split-K counts, the small-M kernel and the dequantize path
+(the table heuristics.fpaintb_choice was set from). Kernel labels:
+s90<tile>[k128][pp][c<cluster>][so][sk<splits>] Sm90 kernel (k128 128-deep K tiles, pp ping-pong, c2x1 a
+cluster of 2 along the weight rows, so scale-only (symmetric weights), sk stream-K),
+g<tile>s<stages>c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode
+variant, FpAIntBGemvSpec stream=True), dequant+cuBLAS.
 --decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
-and INT8 per channel (FP16) with the path before the decode variant ("old": the B-operand small-M
-kernel or the 16-row tiled GEMM, as heuristics chose it), every decode-variant configuration of the
-catalog and of the sweep list (16-token CTAs wider than the catalog's), the plan's own choice, BF16
-INT4 (plan) against cuBLAS BF16, tinygemm, cuBLAS FP16 and the INT4 / INT8 floors; the summary gives geomeans against cuBLAS and tinygemm and the fraction of copy
-bandwidth, per M and configuration.
+and INT8 per channel (FP16) with the path before the decode variant ("old": the B-operand small-M kernel
+or the 16-row tiled GEMM, as heuristics chose it), every decode-variant configuration of the catalog and
+of the sweep list (16-token CTAs wider than the catalog's), the plan's own choice, BF16 INT4 (plan)
+against cuBLAS BF16, tinygemm, cuBLAS FP16 and the INT4 / INT8 floors; the summary gives geomeans against
+cuBLAS and tinygemm and the fraction of copy bandwidth, per M and configuration.
 """
 from __future__ import annotations
 

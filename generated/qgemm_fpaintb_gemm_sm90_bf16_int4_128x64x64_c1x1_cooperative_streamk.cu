@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_bf16_int4_128x64x64_c1x1_cooperative_streamk
-// spec:   FpAIntBSm90Spec(act='bf16', bits=4, tile=(128, 64), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=64, arch=90)
+// spec:   FpAIntBSm90Spec(act='bf16', bits=4, tile=(128, 64), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=64, mainloop='cutlass', arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::bfloat16_t activations x int4 weights, FP32 accumulation.
@@ -52,6 +52,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/sm90_activation.hpp"
 #include "qgemm/fpaintb/sm90_layout.hpp"
+#include "qgemm/fpaintb/sm90_mainloop.hpp"
 
 // A named namespace, not an anonymous one: nvcc's host stub cannot name this kernel's
 // __grid_constant__ Params type when it lives in an anonymous namespace.
@@ -103,13 +104,15 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 // (codes, scale, zero'): CUTLASS's scale-with-zero mode, w = q * scale + zero'.
 using MainloopOperandA = cute::tuple<ElementQ, ElementScale, ElementScale>;
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     MainloopOperandA, WeightLayout, kAlignmentQ,
     ElementAct, LayoutX, kAlignmentX,
     float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
     KernelSchedule>::CollectiveOp;
+// CUTLASS's collective as built.
+using CollectiveMainloop = StockMainloop;
 
 using Kernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
@@ -221,4 +224,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_bf16_int4_128x64x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,64],\"tile_k\":64,\"zeros\":true}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_bf16_int4_128x64x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"cutlass\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,64],\"tile_k\":64,\"zeros\":true}")

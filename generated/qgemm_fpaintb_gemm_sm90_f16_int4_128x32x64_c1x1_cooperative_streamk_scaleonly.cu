@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_f16_int4_128x32x64_c1x1_cooperative_streamk_scaleonly
-// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 32), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=False, tile_k=64, arch=90)
+// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 32), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=False, tile_k=64, mainloop='cutlass', arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::half_t activations x int4 weights, FP32 accumulation.
@@ -52,6 +52,7 @@
 #include "qgemm/abi_exports.h"
 #include "qgemm/fpaintb/sm90_activation.hpp"
 #include "qgemm/fpaintb/sm90_layout.hpp"
+#include "qgemm/fpaintb/sm90_mainloop.hpp"
 
 // A named namespace, not an anonymous one: nvcc's host stub cannot name this kernel's
 // __grid_constant__ Params type when it lives in an anonymous namespace.
@@ -104,13 +105,15 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 // zero' tile in shared memory or fragment in registers, one FP op less per converted pair.
 using MainloopOperandA = cute::tuple<ElementQ, ElementScale>;
 
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     MainloopOperandA, WeightLayout, kAlignmentQ,
     ElementAct, LayoutX, kAlignmentX,
     float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
     KernelSchedule>::CollectiveOp;
+// CUTLASS's collective as built.
+using CollectiveMainloop = StockMainloop;
 
 using Kernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
@@ -220,4 +223,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x32x64_c1x1_cooperative_streamk_scaleonly, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,32],\"tile_k\":64,\"zeros\":false}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x32x64_c1x1_cooperative_streamk_scaleonly, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"cutlass\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,32],\"tile_k\":64,\"zeros\":false}")

@@ -238,6 +238,10 @@ class FpAIntBSm90Spec(KernelSpec):
     # Thread block clusters along the weight rows (the kernel's M): the cluster's CTAs share one token
     # tile, which TMA multicasts to all of them, so each activation byte leaves L2 once per cluster.
     CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (4, 1))
+    # The consumer loop: CUTLASS's own ("cutlass": each k-block converted between two WGMMAs) or qgemm's
+    # ("ahead": templates/include/qgemm/fpaintb/sm90_mainloop.hpp, a whole K tile converted while the
+    # previous tile's WGMMAs run).
+    MAINLOOPS: ClassVar[tuple] = ("cutlass", "ahead")
 
     act: str
     bits: int
@@ -252,6 +256,7 @@ class FpAIntBSm90Spec(KernelSpec):
     # K per pipeline stage: 128 halves the per-stage barrier waits and scale loads and lets the mainloop
     # keep up to 7 WGMMAs in flight (CUTLASS's K_WAIT_MAX), for group sizes that are multiples of 128.
     tile_k: int = 64
+    mainloop: str = "cutlass"
     arch: int = 90
 
     def __post_init__(self):
@@ -268,7 +273,8 @@ class FpAIntBSm90Spec(KernelSpec):
             raise ValueError(f"tile is a (weight rows, tokens) pair, got {self.tile!r}")
         for what, value, allowed in (("schedule", self.schedule, self.SCHEDULES),
                                      ("scheduler", self.scheduler, self.SCHEDULERS), ("tile N", tile[1], self.TILE_N),
-                                     ("cluster", self.cluster, self.CLUSTERS), ("tile_k", self.tile_k, self.TILE_KS)):
+                                     ("cluster", self.cluster, self.CLUSTERS), ("tile_k", self.tile_k, self.TILE_KS),
+                                     ("mainloop", self.mainloop, self.MAINLOOPS)):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
         rows = {"cooperative": 128, "pingpong": 64}[self.schedule]
@@ -307,7 +313,8 @@ class FpAIntBSm90Spec(KernelSpec):
         tm, tn = self.tile
         cm, cn = self.cluster
         return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.tile_k}_c{cm}x{cn}"
-                f"_{self.schedule}_{self.scheduler}{'' if self.zeros else '_scaleonly'}")
+                f"_{self.schedule}_{self.scheduler}{'' if self.zeros else '_scaleonly'}"
+                f"{'' if self.mainloop == 'cutlass' else '_' + self.mainloop}")
 
 
 # --- catalog ---------------------------------------------------------------------------------
@@ -391,7 +398,8 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 # kernel's N): what qgemm/fpaintb/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8,
 # as (tile (weight rows, tokens), schedule, scheduler): 32-, 64- and 128-token stream-K tiles for batches
 # up to 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweep of 2026-11-26 in heuristics.py).
-# Every kernel costs one to two minutes of CI build time, so the catalog stays at these 12;
+# Every kernel costs one to two minutes of CI build time, so the catalog stays at these 48 (12 per
+# activation type and width, FPAINTB_SM90_VARIANTS);
 # FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
 # benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
 # the CI build.
@@ -399,6 +407,14 @@ FPAINTB_SM90_CONFIGS = [
     ((128, 32), "cooperative", "streamk"),
     ((128, 64), "cooperative", "streamk"),
     ((128, 128), "cooperative", "streamk"),
+]
+# Each catalog tile comes as these kernels (FpAIntBSm90Spec keywords): qgemm's consumer loop on 128-deep K
+# tiles with zeros and scale-only, for weights whose K and group size are multiples of 128 (3-13% faster,
+# heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros and scale-only for
+# the others (group 64, K an odd multiple of 64).
+FPAINTB_SM90_VARIANTS = [
+    dict(zeros=True), dict(zeros=False),
+    dict(zeros=True, tile_k=128, mainloop="ahead"), dict(zeros=False, tile_k=128, mainloop="ahead"),
 ]
 FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 16), scheduler="streamk"),
@@ -429,6 +445,13 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 128), scheduler="streamk", zeros=False, tile_k=128),
     dict(tile=(128, 128), scheduler="streamk", tile_k=128),
     dict(tile=(128, 256), scheduler="streamk", zeros=False),
+    # qgemm's consumer loop (mainloop="ahead": a whole K tile converted while the previous tile's WGMMAs
+    # run) on 64-deep K tiles (qgemm/fpaintb/heuristics.py FPAINTB_SM90_AHEAD: no gain without the
+    # 128-deep tile), and on 128-deep 16- and 256-token tiles.
+    dict(tile=(128, 128), scheduler="streamk", zeros=True, mainloop="ahead"),
+    dict(tile=(128, 128), scheduler="streamk", zeros=False, mainloop="ahead"),
+    dict(tile=(128, 16), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
+    dict(tile=(128, 256), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
 ]
 
 
@@ -436,8 +459,8 @@ def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntB
     """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width, each with zero
     points and scale-only (for symmetric weights), and with sweep also the benchmark-only
     configurations (with zero points)."""
-    specs = [FpAIntBSm90Spec(act, bits, *config, zeros=zeros) for config in FPAINTB_SM90_CONFIGS
-             for zeros in (True, False)]
+    specs = [FpAIntBSm90Spec(act, bits, *config, **variant) for config in FPAINTB_SM90_CONFIGS
+             for variant in FPAINTB_SM90_VARIANTS]
     if sweep:
         specs += [FpAIntBSm90Spec(act, bits, **config) for config in FPAINTB_SM90_SWEEP_CONFIGS]
     return specs

@@ -57,7 +57,8 @@ def label(choice) -> str:
         cluster = f"c{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
         so = "" if spec.zeros else "so"
         kt = "" if spec.tile_k == 64 else f"k{spec.tile_k}"
-        return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{sk}"
+        ahead = "ah" if spec.mainloop == "ahead" else ""
+        return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{ahead}{sk}"
     if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
     if spec.family == "fpaintb_gemm":

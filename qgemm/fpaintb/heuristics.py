@@ -204,8 +204,14 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 # same tiles, no zero' operand. benchmarks/device_scaleonly.sh, H100 2026-11-27, the six shapes, INT4 g128
 # FP16, the plan's tile with and without zeros in one run (sk0): geomean speed-up 1.078x at M = 32
 # (1.047-1.128), 1.016x at 128, 1.025x at 256 (0.947-1.066), 1.030x at 1024 (0.999-1.079).
+# With qgemm's consumer loop on 128-deep K tiles (FPAINTB_SM90_AHEAD, below) the 128 x 128 kernel beat
+# dequantize + cuBLAS at M = 2048 (benchmarks/device_ahead.sh, H100 2026-11-27, the six shapes: 2009, 355,
+# 679, 324, 1658, 1503 us against 2302, 378, 687, 317, 1722, 1737; 0.905x cuBLAS FP16 geomean against
+# 0.851x), where CUTLASS's loop on 64-deep tiles had lost by 0-8%. At 4096 that loop lost by 12-19%
+# (above) and qgemm's gained 6-10% over it from M = 256 to 2048, so the crossing lies near 3000 rows
+# (not measured between 2048 and 4096): FPAINTB_SM90_DEQUANT_MIN_M = 3072.
 FPAINTB_SM90_MIN_M = 17
-FPAINTB_SM90_DEQUANT_MIN_M = 2048
+FPAINTB_SM90_DEQUANT_MIN_M = 3072
 FPAINTB_SM90_MAX_SPLITS = 4
 # (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
 FPAINTB_SM90_TILES = [
@@ -213,6 +219,27 @@ FPAINTB_SM90_TILES = [
     (64, (128, 64), "cooperative", "streamk"),
     (None, (128, 128), "cooperative", "streamk"),
 ]
+
+
+# qgemm's consumer loop (FpAIntBSm90Spec mainloop="ahead", templates/include/qgemm/fpaintb/sm90_mainloop.hpp:
+# a whole K tile converted while the previous tile's WGMMAs run) on 128-deep K tiles, for weights whose K
+# and group size allow them; the others keep CUTLASS's loop on 64-deep tiles. Measured with
+# benchmarks/device_ahead.sh on an H100 (2026-11-27; INT4 g128 FP16 scale-only, the six shapes, geomean
+# against cuBLAS FP16, each line one run):
+#   * 128 x 128 tile: CUTLASS's loop (64-deep) 1.37x at M = 128, 0.90x at 256, 0.83x at 1024; CUTLASS's
+#     loop 128-deep 1.33x, 0.87x, 0.81x; qgemm's loop 64-deep 1.36x, 0.86x, 0.81x; qgemm's loop 128-deep
+#     1.44x, 0.95x, 0.90x. Only both together gain: the 128-deep tile gives the loop eight WGMMAs (1024
+#     tensor-pipe cycles for the two warp groups) to hide the next tile's conversion behind. ncu at
+#     M = 1024 (14336 x 21504): tensor pipe 88.5% of active cycles, where CUTLASS's loop had 80.4% and
+#     cuBLAS has 97.1%.
+#   * every tile, 64-deep CUTLASS loop against 128-deep qgemm loop: 128 x 32 at M = 32 2.18x / 2.47x,
+#     128 x 64 at M = 64 1.81x / 2.04x, 128 x 128 at M = 128 1.38x / 1.41x, at 256 0.88x / 0.93x, at
+#     1024 0.82x / 0.88x, at 2048 0.86x / 0.91x; qgemm's loop was faster on 33 of the 36 (shape, M) pairs
+#     in each tile's own M range, and 1-2% slower on the other three.
+#   * the 128-deep 128 x 16 tile with qgemm's loop at M = 16: 2.44x against 2.26x for the Sm80 16-row
+#     GEMM the plan runs (faster on all six shapes; sweep timing with CUTLASS's stream-K decomposition).
+#     Not adopted yet: its catalog kernels, their split rule and the M = 9-16 threshold are untested.
+FPAINTB_SM90_AHEAD = dict(tile_k=128, mainloop="ahead")
 
 
 RASTER_HEURISTIC = 0  # ext[2] of the Sm90 kernel: CUTLASS's raster heuristic
@@ -261,10 +288,15 @@ def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
 
 
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
-                        zeros: bool = True) -> FpAIntBSm90Choice:
+                        zeros: bool = True, group_size: int | None = None) -> FpAIntBSm90Choice:
     """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). zeros=False
-    (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile."""
+    (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile.
+    Where K and the group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer
+    loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
-    return FpAIntBSm90Choice(FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros), splits=splits)
+    spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)
+    if not spec.supports(k, group_size or k):
+        spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros)
+    return FpAIntBSm90Choice(spec, splits=splits)

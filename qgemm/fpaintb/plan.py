@@ -295,7 +295,7 @@ class FpAIntBPlan(Plan):
         w = self.weight
         if self.sm90 and heuristics.fpaintb_sm90_applies(m, w.n, w.k, w.group_size, self.target_sm):
             return heuristics.fpaintb_sm90_choice(m, w.n, w.k, w.bits, self._act, self._sm_count,
-                                                  zeros=self._sm90_zeros)
+                                                  zeros=self._sm90_zeros, group_size=w.group_size)
         return self._sm80_choice(m)
 
     def _fake_call(self, x: torch.Tensor, out: torch.Tensor | None, layout: str) -> torch.Tensor:

@@ -117,11 +117,12 @@ def test_render_names_the_pieces():
 
 def test_catalog_is_small_and_sm90_only():
     specs = catalog(90, FAMILY)
-    # Three tiles, each with zeros and scale-only, per activation type and width; each kernel costs a
-    # minute or more of CI build time.
-    assert len(specs) <= 24
+    # Three tiles, each with zeros and scale-only, on 64-deep K tiles with CUTLASS's loop and on 128-deep
+    # ones with qgemm's, per activation type and width; each kernel costs a minute or more of CI build time.
+    assert len(specs) <= 48
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
     assert sum(not s.zeros for s in specs) == len(specs) // 2
+    assert {(s.tile_k, s.mainloop) for s in specs} == {(64, "cutlass"), (128, "ahead")}
     assert catalog(80, FAMILY) == [] and catalog(75, FAMILY) == []
     sweep = fpaintb_sm90_specs("f16", 4, sweep=True)
     assert len(sweep) == len(specs) // 4 + len(FPAINTB_SM90_SWEEP_CONFIGS)
@@ -139,6 +140,22 @@ def test_heuristic_picks_catalog_kernels_over_all_m():
                     choice = heuristics.fpaintb_sm90_choice(m, 12288, 4096, bits, act, 132, zeros=zeros)
                     assert choice.spec.name in names, (m, choice.spec.name)
                     assert (choice.spec.act, choice.spec.bits, choice.spec.zeros) == (act, bits, zeros)
+
+
+def test_heuristic_takes_the_ahead_loop_where_k_tiles_of_128_fit():
+    """qgemm's consumer loop on 128-deep K tiles where K and the group size (or per channel) are
+    multiples of 128; CUTLASS's loop on 64-deep tiles for group 64 and K an odd multiple of 64."""
+    def spec(k, group_size, zeros=True):
+        return heuristics.fpaintb_sm90_choice(300, 4096, k, 4, "f16", 132, zeros=zeros, group_size=group_size).spec
+    for k, g in ((4096, 128), (4096, 256), (4096, None), (4096, 4096), (11008, 128)):
+        for zeros in (True, False):
+            s = spec(k, g, zeros)
+            assert (s.tile_k, s.mainloop, s.zeros) == (128, "ahead", zeros), (k, g)
+            assert s.supports(k, g or k)
+    for k, g in ((4096, 64), (704, None), (704, 64), (64, 64)):
+        s = spec(k, g)
+        assert (s.tile_k, s.mainloop) == (64, "cutlass"), (k, g)
+        assert s.supports(k, g or k)
 
 
 def test_heuristic_tile_by_m():

@@ -66,7 +66,9 @@ def test_every_catalog_kernel(bits, dtype):
     N = 136 (a partial 128-row weight tile: the padded rows are computed, never stored), with group
     sizes 64 (zeros), 128 (zeros), 256 (symmetric) and K (per channel, symmetric), bias and every
     activation; stream-K kernels also with 3 split-K slices. The scale-only kernels (spec.zeros False)
-    run on the symmetric weights and are refused, before any launch, for the weights with zeros."""
+    run on the symmetric weights and are refused, before any launch, for the weights with zeros; the
+    128-deep K tile kernels run where K and the group size are multiples of 128 (640 in groups of 128,
+    768 in groups of 256) and are refused for the others (K = 704, group 64 or per channel)."""
     n = 136
     for group_size, k, zeros in ((64, 704, True), (128, 640, True), (256, 768, False), (None, 704, False)):
         g = group_size or k
@@ -76,6 +78,10 @@ def test_every_catalog_kernel(bits, dtype):
             plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation=activation)
             assert plan.sm90
             for spec in sm90_specs(dtype, bits):
+                if not spec.supports(k, g):
+                    with pytest.raises(ValueError, match="128-deep K tiles"):
+                        plan(randn(3, k, dtype=dtype, seed=1), choice=heuristics.FpAIntBSm90Choice(spec))
+                    continue
                 if zeros and not spec.zeros:
                     with pytest.raises(ValueError, match="scale-only"):
                         plan(randn(3, k, dtype=dtype, seed=1), choice=heuristics.FpAIntBSm90Choice(spec))
@@ -201,23 +207,28 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     assert not plan.choice(m).spec.zeros
 
 
-@pytest.mark.parametrize("m, tile, scheduler, splits, zeros", [
-    (200, (128, 128), "streamk", 0, True),      # CUTLASS's heuristic decomposition
-    (24, (128, 32), "streamk", 4, True),        # the heuristic's explicit split: 8 output tiles on 132 SMs
-    (200, (128, 256), "persistent", 0, True),
-    (200, (128, 128), "streamk", 0, False),     # the scale-only kernels, symmetric weights
-    (24, (128, 32), "streamk", 4, False),
+@pytest.mark.parametrize("m, tile, scheduler, splits, zeros, mainloop", [
+    (200, (128, 128), "streamk", 0, True, "cutlass"),      # CUTLASS's heuristic decomposition
+    (24, (128, 32), "streamk", 4, True, "cutlass"),        # the heuristic's explicit split: 8 output tiles on 132 SMs
+    (200, (128, 256), "persistent", 0, True, "cutlass"),
+    (200, (128, 128), "streamk", 0, False, "cutlass"),     # the scale-only kernels, symmetric weights
+    (24, (128, 32), "streamk", 4, False, "cutlass"),
+    (200, (128, 128), "streamk", 4, True, "ahead"),        # qgemm's consumer loop, 128-deep K tiles:
+    (24, (128, 32), "streamk", 4, False, "ahead"),         # the plan's kernels for this weight
 ])
-def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros):
+def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros, mainloop):
     """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
     bits (CUTLASS's deterministic stream-K reduction, split-K slices included), and two streams running the
     plan at once on different inputs each get their own result."""
     n, k = 1024, 4096
     weight = random_weight(k, n, 4, 128, zeros, torch.float16, seed=8)
     plan = qgemm.FpAIntBPlan(weight, bias=randn(n, dtype=torch.float16, seed=1), activation="silu")
-    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler, zeros=zeros),
+    ahead = heuristics.FPAINTB_SM90_AHEAD if mainloop == "ahead" else {}
+    choice = heuristics.FpAIntBSm90Choice(FpAIntBSm90Spec("f16", 4, tile, scheduler=scheduler, zeros=zeros, **ahead),
                                           splits=splits)
     if splits:
+        assert plan.choice(m).splits == splits
+    if mainloop == "ahead":
         assert plan.choice(m) == choice
     x = randn(m, k, dtype=torch.float16, seed=5)
     first = run(plan, x, choice)
@@ -308,7 +319,7 @@ def test_k128_and_wide_sweep_kernels(zeros):
     SiLU, stream-K with the heuristic decomposition and 3 slices; a scale-only kernel only where the
     weight is symmetric, and a 128-deep one refused, before any launch, for group 64."""
     specs = [s for s in fpaintb_sm90_specs("f16", 4, sweep=True)
-             if s.cluster == (1, 1) and (s.tile_k == 128 or not s.zeros and s.tile[1] == 256)]
+             if s.cluster == (1, 1) and s.mainloop == "cutlass" and (s.tile_k == 128 or not s.zeros and s.tile[1] == 256)]
     assert len(specs) == 3
     k, n = 640, 136
     for g in (128, k):
@@ -327,3 +338,40 @@ def test_k128_and_wide_sweep_kernels(zeros):
     plan = qgemm.FpAIntBPlan(random_weight(k, n, 4, 64, zeros, torch.float16, seed=1))
     with pytest.raises(ValueError, match="128-deep K tiles"):
         plan(randn(3, k, dtype=torch.float16, seed=1), choice=heuristics.FpAIntBSm90Choice(specs[0]))
+
+
+def ahead_specs(dtype, bits):
+    """The sweep list's kernels with qgemm's consumer loop (mainloop="ahead"), for one type and width."""
+    return [s for s in fpaintb_sm90_specs(ACT_NAMES[dtype], bits, sweep=True) if s.mainloop == "ahead"]
+
+
+@pytest.mark.parametrize("dtype,bits", ((torch.float16, 4), (torch.float16, 8), (torch.bfloat16, 4)))
+def test_tile_ahead_mainloop(dtype, bits):
+    """qgemm's consumer loop (templates/include/qgemm/fpaintb/sm90_mainloop.hpp) against the float64
+    reference, as test_every_catalog_kernel runs the catalog: N = 136, group sizes 64 and 128 with
+    zeros, 256 and per channel symmetric (a 128-deep K tile only where it divides the groups), K from
+    one K tile (odd tile counts exercise the loop's exit after the odd buffer) to 12, odd M, bias
+    and SiLU, stream-K with the heuristic decomposition and 3 slices (a slice may hold a single K
+    tile). Scale-only kernels run only on the symmetric weights. FP16 INT4 takes every ahead kernel of
+    the sweep list, INT8 and BF16 the 128 x 64 tile with and without zeros."""
+    n = 136
+    specs = ahead_specs(dtype, bits)
+    if (dtype, bits) != (torch.float16, 4):  # the other types and widths on one tile, both ways
+        specs = [s for s in specs if s.tile == (128, 64)]
+    assert len(specs) >= 2
+    for group_size, k, zeros in ((64, 704, True), (128, 640, True), (256, 768, False), (None, 704, False),
+                                 (None, 64, False), (128, 128, True)):
+        g = group_size or k
+        weight = random_weight(k, n, bits, g, zeros, dtype, seed=g + k)
+        bias = randn(n, dtype=dtype, seed=3)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation="silu")
+        for spec in specs:
+            if (zeros and not spec.zeros) or not spec.supports(k, g):
+                continue
+            for m in (1, 3, 17, 300):
+                x = randn(m, k, dtype=dtype, seed=m)
+                ref = reference(x, weight, bias, "silu")
+                for splits in (0, 3):
+                    err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=splits)), ref)
+                    assert err < BOUND[dtype], (spec.name, g, zeros, m, splits, err)
+

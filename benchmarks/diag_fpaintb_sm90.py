@@ -7,6 +7,7 @@ the same shape, for Nsight Compute: why the Sm90 kernel trails cuBLAS at M = 256
 Both calls run once to load and warm up, then once more between two synchronizations: under ncu
 use --launch-skip for the warm-up calls (benchmarks/device_stalls.sh does)."""
 import argparse
+import dataclasses
 
 import torch
 
@@ -20,6 +21,8 @@ def main(argv=None):
     ap.add_argument("--m", type=int, default=1024)
     ap.add_argument("--nk", default="14336x21504", help="KxN, as bench_fpaintb.py's --nk")
     ap.add_argument("--zeros", action="store_true", help="asymmetric weights (the kernel with zero')")
+    ap.add_argument("--cutlass-loop", action="store_true",
+                    help="the plan's tile with CUTLASS's consumer loop on 64-deep K tiles (the kernel before qgemm's loop)")
     args = ap.parse_args(argv)
     k, n = (int(v) for v in args.nk.split("x"))
     g = torch.Generator().manual_seed(0)
@@ -30,9 +33,12 @@ def main(argv=None):
     plan = qgemm.FpAIntBPlan(weight, act_dtype=torch.float16)
     x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
     w16 = torch.randn(k, n, device="cuda", dtype=torch.float16)
-    print(f"M={args.m} K={k} N={n}: {plan.choice(args.m)}", flush=True)
+    choice = plan.choice(args.m)
+    if args.cutlass_loop:
+        choice = dataclasses.replace(choice, spec=dataclasses.replace(choice.spec, mainloop="cutlass", tile_k=64))
+    print(f"M={args.m} K={k} N={n}: {choice}", flush=True)
     for _ in range(2):
-        plan(x)
+        plan(x, choice=choice)
         x @ w16
         torch.cuda.synchronize()
 

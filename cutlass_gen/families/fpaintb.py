@@ -409,7 +409,7 @@ FPAINTB_SM90_CONFIGS = [
     ((128, 128), "cooperative", "streamk"),
 ]
 # Each catalog tile comes as these kernels (FpAIntBSm90Spec keywords): qgemm's consumer loop on 128-deep K
-# tiles with zeros and scale-only, for weights whose K and group size are multiples of 128 (3-13% faster,
+# tiles with zeros and scale-only, for weights whose K and group size are multiples of 128 (2-13% faster,
 # heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros and scale-only for
 # the others (group 64, K an odd multiple of 64).
 FPAINTB_SM90_VARIANTS = [

@@ -205,10 +205,10 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 # FP16, the plan's tile with and without zeros in one run (sk0): geomean speed-up 1.078x at M = 32
 # (1.047-1.128), 1.016x at 128, 1.025x at 256 (0.947-1.066), 1.030x at 1024 (0.999-1.079).
 # With qgemm's consumer loop on 128-deep K tiles (FPAINTB_SM90_AHEAD, below) the 128 x 128 kernel beat
-# dequantize + cuBLAS at M = 2048 (benchmarks/device_ahead.sh, H100 2026-11-27, the six shapes: 2009, 355,
-# 679, 324, 1658, 1503 us against 2302, 378, 687, 317, 1722, 1737; 0.905x cuBLAS FP16 geomean against
-# 0.851x), where CUTLASS's loop on 64-deep tiles had lost by 0-8%. At 4096 that loop lost by 12-19%
-# (above) and qgemm's gained 6-10% over it from M = 256 to 2048, so the crossing lies near 3000 rows
+# dequantize + cuBLAS at M = 2048 on five shapes of six (benchmarks/device_ahead.sh, H100 2026-11-27:
+# 2009, 355, 679, 324, 1658, 1503 us against 2302, 378, 687, 317, 1722, 1737; 0.905x cuBLAS FP16 geomean
+# against 0.851x), where CUTLASS's loop on 64-deep tiles had lost by 0-8%. At 4096 that loop lost by 12-19%
+# (above) and qgemm's gained 5-9% over it from M = 256 to 2048, so the crossing lies near 3000 rows
 # (not measured between 2048 and 4096): FPAINTB_SM90_DEQUANT_MIN_M = 3072.
 FPAINTB_SM90_MIN_M = 17
 FPAINTB_SM90_DEQUANT_MIN_M = 3072

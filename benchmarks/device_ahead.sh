@@ -11,29 +11,11 @@ set -uo pipefail
 source benchmarks/device_env.sh
 export STAGE=${STAGE:-bench}
 export MATCH=${MATCH:-'^s90128x(16k128soah|256k128soah|(32|64|128)(k128soah|so))sk0$'}
-timeout 330 python3 - <<'PY' 2>&1 | tail -3
-import os, re, time
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
-from qgemm.bench.fpaintb import label
-from qgemm.fpaintb import heuristics
-from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
-if os.environ["STAGE"] == "tests":
-    specs = set(catalog(90, "fpaintb_gemm_sm90")) | set(catalog(90, "fpaintb_gemm")) | set(catalog(90, "fpaintb_gemv"))
-    specs |= {s for s in catalog(90, "fpaintb_dequant") if s.act == "f16"}
-    specs |= {s for act, bits in (("f16", 4), ("f16", 8), ("bf16", 4)) for s in fpaintb_sm90_specs(act, bits, sweep=True)
-              if s.mainloop == "ahead" and (bits == 4 and act == "f16" or s.tile == (128, 64))}
-else:
-    families = ("fpaintb_gemm_sm90", "fpaintb_gemm", "fpaintb_gemv", "fpaintb_dequant")
-    specs = {s for f in families for s in catalog(90, f) if s.act == "f16"}
-    specs |= {s for s in fpaintb_sm90_specs("f16", 4, sweep=True)
-              if re.search(os.environ["MATCH"], label(heuristics.FpAIntBSm90Choice(s)))}
-ahead_first = lambda s: (getattr(s, "mainloop", "") != "ahead", s.family != "fpaintb_gemm_sm90", s.name)
-missing = [s for s in sorted(specs, key=ahead_first) if find_artifact(s, 90) is None]
-t0 = time.time()
-build_many(missing, 90, jobs=16, progress=lambda line: None)
-print(f"built {len(missing)} of {len(specs)} kernels for sm90 in {time.time() - t0:.0f} s")
-PY
+if [ "$STAGE" = tests ]; then  # the whole catalog, and the sweep's ahead kernels the tests take
+  timeout 330 python3 benchmarks/prebuild_sm90.py --family fpaintb --sweep f16:4 --match ah 2>&1 | tail -3
+else
+  timeout 330 python3 benchmarks/prebuild_sm90.py --family fpaintb --acts f16 --sweep f16:4 --match "$MATCH" 2>&1 | tail -3
+fi
 echo "build done at $(( $(date +%s) - T0 )) s"
 if [ "$STAGE" = tests ]; then
   timeout -s KILL ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -q -p no:cacheprovider \

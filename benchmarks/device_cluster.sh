@@ -8,20 +8,8 @@
 #   env: MS (the M values, default "32 64 128 256 1024 2048"), MATCH (--sweep-match), BENCH_TIMEOUT (270)
 set -uo pipefail
 source benchmarks/device_env.sh
-timeout 260 python3 - <<'PY' 2>&1 | tail -3
-import time
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
-from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
-families = ("fpaintb_gemm_sm90", "fpaintb_gemm", "fpaintb_gemv", "fpaintb_dequant")
-specs = {s for f in families for s in catalog(90, f) if s.act == "f16"}
-specs |= {s for act, bits in (("f16", 4), ("bf16", 8)) for s in fpaintb_sm90_specs(act, bits, sweep=True)
-          if s.cluster != (1, 1) or (s.tile == (128, 256) and s.scheduler == "streamk" and act == "f16")}
-missing = [s for s in sorted(specs, key=lambda s: s.name) if find_artifact(s, 90) is None]
-t0 = time.time()
-build_many(missing, 90, jobs=16, progress=lambda line: None)
-print(f"built {len(missing)} of {len(specs)} kernels for sm90 in {time.time() - t0:.0f} s")
-PY
+timeout 260 python3 benchmarks/prebuild_sm90.py --family fpaintb --acts f16 --sweep f16:4 --sweep bf16:8 \
+  --match 'c[24]x1|^s90128x256sk' 2>&1 | tail -3
 echo "build done at $(( $(date +%s) - T0 )) s"
 timeout -s KILL 120 python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -k "cluster" -v -o faulthandler_timeout=60 \
   -p no:cacheprovider > "$OUT/pytest_cluster.log" 2>&1

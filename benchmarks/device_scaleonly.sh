@@ -9,18 +9,7 @@
 #        BENCH_TIMEOUT (240)
 set -uo pipefail
 source benchmarks/device_env.sh
-timeout 300 python3 - <<'PY' 2>&1 | tail -3
-import time
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
-families = ("fpaintb_gemm_sm90", "fpaintb_gemm", "fpaintb_gemv", "fpaintb_dequant")
-specs = {s for f in families for s in catalog(90, f)}
-missing = [s for s in sorted(specs, key=lambda s: (s.family != "fpaintb_gemm_sm90", s.name))
-           if find_artifact(s, 90) is None]
-t0 = time.time()
-build_many(missing, 90, jobs=16, progress=lambda line: None)
-print(f"built {len(missing)} of {len(specs)} kernels for sm90 in {time.time() - t0:.0f} s")
-PY
+timeout 300 python3 benchmarks/prebuild_sm90.py --family fpaintb 2>&1 | tail -3
 echo "build done at $(( $(date +%s) - T0 )) s"
 timeout -s KILL ${TEST_TIMEOUT:-200} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py ${TESTS:+-k "$TESTS"} -q \
   -o faulthandler_timeout=100 -p no:cacheprovider > "$OUT/pytest_sm90.log" 2>&1

@@ -7,29 +7,8 @@
 set -uo pipefail
 source benchmarks/device_env.sh
 export MATCH=${MATCH:-'^s90128x(64|128|256)(k128)?(so)?sk0$'}
-timeout 300 python3 - <<'PY' 2>&1 | tail -3
-import os, re, time
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
-from qgemm.bench.fpaintb import label
-from qgemm.fpaintb import heuristics
-from cutlass_gen.families.fpaintb import fpaintb_sm90_specs
-families = ("fpaintb_gemm_sm90", "fpaintb_gemm", "fpaintb_gemv", "fpaintb_dequant")
-specs = {s for f in families for s in catalog(90, f) if s.act == "f16"}
-specs |= {s for s in fpaintb_sm90_specs("f16", 4, sweep=True)
-          if re.search(os.environ["MATCH"], label(heuristics.FpAIntBSm90Choice(s)))}
-if os.environ.get("PLAN_COMPILE"):  # also the kernels of tests/test_plan_compile_gpu.py, run after the bench
-    import torch
-    from qgemm.prebuild import _collect
-    from test_plan_compile_gpu import gemm_plan
-    for name in ("fpaintb_int4_g128", "w8a8", "fp8"):
-        specs |= set(_collect(gemm_plan(name)[0], (1, 17, 300), 90))
-    specs |= set(catalog(90, "fpaintb_conv"))
-missing = [s for s in sorted(specs, key=lambda s: (s.family != "fpaintb_gemm_sm90", s.name)) if find_artifact(s, 90) is None]
-t0 = time.time()
-build_many(missing, 90, jobs=16, progress=lambda line: None)
-print(f"built {len(missing)} of {len(specs)} kernels for sm90 in {time.time() - t0:.0f} s")
-PY
+timeout 300 python3 benchmarks/prebuild_sm90.py --family fpaintb --acts f16 --sweep f16:4 --match "$MATCH" \
+  ${PLAN_COMPILE:+--plan-compile} 2>&1 | tail -3
 echo "build done at $(( $(date +%s) - T0 )) s"
 M_ARGS=$(for m in ${MS:-128 256 1024}; do printf -- "--m %s " "$m"; done)
 timeout -s KILL ${BENCH_TIMEOUT:-300} python3 benchmarks/bench_fpaintb.py --sweep sm90 --sweep-bits 4 --no-bf16 \

@@ -456,9 +456,9 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
 
 
 def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntBSm90Spec]:
-    """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width, each with zero
-    points and scale-only (for symmetric weights), and with sweep also the benchmark-only
-    configurations (with zero points)."""
+    """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width: each tile in
+    every FPAINTB_SM90_VARIANTS form (zero points or scale-only, CUTLASS's loop on 64-deep K tiles or
+    qgemm's on 128-deep ones), and with sweep also the benchmark-only configurations."""
     specs = [FpAIntBSm90Spec(act, bits, *config, **variant) for config in FPAINTB_SM90_CONFIGS
              for variant in FPAINTB_SM90_VARIANTS]
     if sweep:

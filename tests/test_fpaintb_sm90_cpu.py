@@ -43,6 +43,7 @@ FAMILY = FpAIntBSm90Spec.family
     (dict(tile=(128,)), "tile is a (weight rows, tokens) pair"),
     (dict(cluster=(1, 2)), "cluster must be one of ((1, 1), (2, 1), (4, 1))"),
     (dict(tile_k=96), "tile_k must be one of (64, 128)"),
+    (dict(mainloop="pipelined"), "mainloop must be one of ('cutlass', 'ahead'), got 'pipelined'"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(act="f16", bits=4, tile=(128, 128))
@@ -74,6 +75,17 @@ def test_tile_k_128():
     assert spec.supports(4096, 128) and spec.supports(4096, 4096) and spec.supports(384, 384)
     assert not spec.supports(4096, 64) and not spec.supports(4160, 4160)
     assert FpAIntBSm90Spec("f16", 4, (128, 128)).supports(4096, 64)
+
+
+def test_ahead_mainloop_spec():
+    """mainloop="ahead": qgemm's consumer loop, named and rendered as a TileAheadMainloop over the
+    collective CUTLASS's builder makes; "cutlass" (the default) uses that collective as built."""
+    spec = FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk", zeros=False, tile_k=128, mainloop="ahead")
+    assert spec.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x128x128_c1x1_cooperative_streamk_scaleonly_ahead"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    assert "using CollectiveMainloop = qgemm::fpaintb::TileAheadMainloop<StockMainloop>;" in render(spec).source
+    stock = render(FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk")).source
+    assert "using CollectiveMainloop = StockMainloop;" in stock and "TileAheadMainloop<" not in stock
 
 
 def test_scale_only_spec():

@@ -452,6 +452,12 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 128), scheduler="streamk", zeros=False, mainloop="ahead"),
     dict(tile=(128, 16), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
     dict(tile=(128, 256), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
+    # The 16-token tile with zeros; 256 tokens on 64-deep K tiles (the 128-deep 128 x 256 tile's 72 KB stages
+    # leave two in shared memory, both held by the loop, so nothing is prefetched: 0.58x of 128 x 128 at
+    # M = 1024); the persistent scheduler under qgemm's loop.
+    dict(tile=(128, 16), scheduler="streamk", zeros=True, tile_k=128, mainloop="ahead"),
+    dict(tile=(128, 256), scheduler="streamk", zeros=False, mainloop="ahead"),
+    dict(tile=(128, 128), scheduler="persistent", zeros=False, tile_k=128, mainloop="ahead"),
 ]
 
 

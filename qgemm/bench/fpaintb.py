@@ -58,7 +58,9 @@ def label(choice) -> str:
         so = "" if spec.zeros else "so"
         kt = "" if spec.tile_k == 64 else f"k{spec.tile_k}"
         ahead = "ah" if spec.mainloop == "ahead" else ""
-        return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{ahead}{sk}"
+        # run-time raster order and swizzle, where not CUTLASS's heuristic and 1
+        knobs = f"r{choice.raster}w{choice.swizzle}" if (choice.raster, choice.swizzle) != (0, 1) else ""
+        return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{ahead}{sk}{knobs}"
     if spec.family == "fpaintb_dequant":
         return "dequant+cuBLAS"
     if spec.family == "fpaintb_gemm":

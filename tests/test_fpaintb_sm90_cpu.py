@@ -130,8 +130,10 @@ def test_render_names_the_pieces():
 def test_catalog_is_small_and_sm90_only():
     specs = catalog(90, FAMILY)
     # Three tiles, each with zeros and scale-only, on 64-deep K tiles with CUTLASS's loop and on 128-deep
-    # ones with qgemm's, per activation type and width; each kernel costs a minute or more of CI build time.
-    assert len(specs) <= 48
+    # ones with qgemm's, and the 16-token tile only on 128-deep ones, per activation type and width; each
+    # kernel costs a minute or more of CI build time.
+    assert len(specs) <= 56
+    assert {s.tile_k for s in specs if s.tile == (128, 16)} == {128}
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
     assert sum(not s.zeros for s in specs) == len(specs) // 2
     assert {(s.tile_k, s.mainloop) for s in specs} == {(64, "cutlass"), (128, "ahead")}
@@ -173,7 +175,8 @@ def test_heuristic_takes_the_ahead_loop_where_k_tiles_of_128_fit():
 def test_heuristic_tile_by_m():
     def tile(m):
         return heuristics.fpaintb_sm90_choice(m, 4096, 4096, 4, "f16", 132).spec.tile
-    assert tile(heuristics.FPAINTB_SM90_MIN_M) == tile(32) == (128, 32)
+    assert tile(heuristics.FPAINTB_SM90_MIN_M) == tile(heuristics.FPAINTB_SM90_NARROW_MAX_M) == (128, 16)
+    assert tile(heuristics.FPAINTB_SM90_NARROW_MAX_M + 1) == tile(32) == (128, 32)
     assert tile(33) == tile(64) == (128, 64)
     assert tile(65) == tile(heuristics.FPAINTB_SM90_DEQUANT_MIN_M - 1) == (128, 128)
 
@@ -201,8 +204,17 @@ def test_sm90_applies():
     assert not applies(m0, 4096, 4096, 128, 80)       # sm80 GPUs
     assert not applies(m0, 4096, 4096, 32, 90)        # group 32: below the 64-deep K tile
     assert applies(m0, 4096, 4096, 4096, 90)          # per output channel
-    assert applies(m0, 8, 64, 64, 90)                 # the smallest legal weight
+    assert applies(m0, 8, 128, 128, 90)               # the smallest weight in 128-deep K tiles, from 9 rows
+    assert applies(heuristics.FPAINTB_SM90_NARROW_MAX_M + 1, 8, 64, 64, 90)  # the smallest legal one, from 17
     assert not applies(m0, 12, 4096, 128, 90)         # N not a multiple of 8
+    # Up to FPAINTB_SM90_NARROW_MAX_M rows only the 16-token tile with qgemm's loop, on 128-deep K tiles:
+    # group 64, and K an odd multiple of 64 per channel, run the Sm80 kernels there and the Sm90 kernel above.
+    narrow = heuristics.FPAINTB_SM90_NARROW_MAX_M
+    for g, k in ((64, 4096), (704, 704), (64, 64)):
+        assert not applies(m0, 8, k, g, 90) and not applies(narrow, 8, k, g, 90), (g, k)
+        assert applies(narrow + 1, 8, k, g, 90), (g, k)
+    for g, k in ((128, 4096), (256, 4096), (4096, 4096), (128, 128)):
+        assert applies(m0, 8, k, g, 90) and applies(narrow, 8, k, g, 90), (g, k)
 
 
 def test_choice_checks_knobs():

@@ -101,15 +101,16 @@ def test_every_catalog_kernel(bits, dtype):
 @pytest.mark.parametrize("zeros", (False, True))
 def test_plan_dispatch_odd_shapes(bits, dtype, group_size, zeros):
     """The plan's own choice at the smallest legal N (8) and K (one group of 64, two of the larger
-    groups), and N = 24, for odd M and the Sm90 threshold: Sm90 exactly where
-    heuristics.fpaintb_sm90_applies says so (never for group 32)."""
-    m0 = heuristics.FPAINTB_SM90_MIN_M
+    groups), and N = 24, for odd M and the Sm90 thresholds: Sm90 exactly where
+    heuristics.fpaintb_sm90_applies says so (never for group 32; for group 64 only from 17 rows, where
+    the 16-token tile's 128-deep K tiles end)."""
+    m0, narrow = heuristics.FPAINTB_SM90_MIN_M, heuristics.FPAINTB_SM90_NARROW_MAX_M
     shapes = [(8, 64), (24, 320)] if group_size in (32, 64) else [(8, 2 * (128 if group_size == "channel" else group_size))]
     for n, k in shapes:
         g = k if group_size == "channel" else group_size
         weight = random_weight(k, n, bits, g, zeros, dtype, seed=n + k)
         plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype)
-        for m in ODD_M + (m0,):
+        for m in ODD_M + (m0, narrow):
             choice = plan.choice(m)
             sm90 = heuristics.fpaintb_sm90_applies(m, n, k, g, 90)
             assert isinstance(choice, heuristics.FpAIntBSm90Choice) == sm90, (m, g)
@@ -153,12 +154,13 @@ def test_out_aligned_to_4_bytes_runs_the_sm80_kernels():
         plan(x, out, choice=plan.choice(m))
 
 
+@pytest.mark.parametrize("m", (12, 64))
 @pytest.mark.parametrize("zeros", (False, True))
-def test_nan_and_inf_in_activations_reach_the_output(zeros):
+def test_nan_and_inf_in_activations_reach_the_output(zeros, m):
     """As in an unquantized GEMM: a NaN or Inf in a row of x makes that row's outputs NaN or +-Inf
     (every weight is non-zero here), other rows stay finite; through the scale-only kernel (symmetric)
-    and the one with zeros."""
-    m, n, k = 64, 128, 512
+    and the one with zeros, on the 16-token tile (12 rows) and the 64-token one."""
+    n, k = 128, 512
     g = torch.Generator().manual_seed(5)
     u = torch.randint(0, 16, (k, n), generator=g, dtype=torch.uint8)
     zero = 7 if zeros else 8
@@ -215,6 +217,7 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     (24, (128, 32), "streamk", 4, False, "cutlass"),
     (200, (128, 128), "streamk", 4, True, "ahead"),        # qgemm's consumer loop, 128-deep K tiles:
     (24, (128, 32), "streamk", 4, False, "ahead"),         # the plan's kernels for this weight
+    (12, (128, 16), "streamk", 4, True, "ahead"),          # 9-16 rows: the 16-token tile, 8 tiles split 4 ways
 ])
 def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros, mainloop):
     """Replay under a CUDA graph (the stream-K workspace's flags are zeroed inside the graph) gives the eager
@@ -352,8 +355,8 @@ def test_tile_ahead_mainloop(dtype, bits):
     zeros, 256 and per channel symmetric (a 128-deep K tile only where it divides the groups), K from
     one K tile (odd tile counts exercise the loop's exit after the odd buffer) to 12, odd M, bias
     and SiLU, stream-K with the heuristic decomposition and 3 slices (a slice may hold a single K
-    tile). Scale-only kernels run only on the symmetric weights. FP16 INT4 takes every ahead kernel of
-    the sweep list, INT8 and BF16 the 128 x 64 tile with and without zeros."""
+    tile; the persistent kernel without). Scale-only kernels run only on the symmetric weights. FP16 INT4
+    takes every ahead kernel of the sweep list, INT8 and BF16 the 128 x 64 tile with and without zeros."""
     n = 136
     specs = ahead_specs(dtype, bits)
     if (dtype, bits) != (torch.float16, 4):  # the other types and widths on one tile, both ways
@@ -371,7 +374,7 @@ def test_tile_ahead_mainloop(dtype, bits):
             for m in (1, 3, 17, 300):
                 x = randn(m, k, dtype=dtype, seed=m)
                 ref = reference(x, weight, bias, "silu")
-                for splits in (0, 3):
+                for splits in (0, 3) if spec.scheduler == "streamk" else (0,):  # (split-K: stream-K only)
                     err = rel_err(run(plan, x, heuristics.FpAIntBSm90Choice(spec, splits=splits)), ref)
                     assert err < BOUND[dtype], (spec.name, g, zeros, m, splits, err)
 

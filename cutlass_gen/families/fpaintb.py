@@ -395,26 +395,29 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 
 
 # FpA x IntB on Sm90 (CUTLASS's mixed-input WGMMA collective; the weight is WGMMA's A, tokens on the
-# kernel's N): what qgemm/fpaintb/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8,
-# as (tile (weight rows, tokens), schedule, scheduler): 32-, 64- and 128-token stream-K tiles for batches
-# up to 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweep of 2026-11-26 in heuristics.py).
-# Every kernel costs one to two minutes of CI build time, so the catalog stays at these 48 (12 per
-# activation type and width, FPAINTB_SM90_VARIANTS);
-# FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
-# benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
-# the CI build.
-FPAINTB_SM90_CONFIGS = [
-    ((128, 32), "cooperative", "streamk"),
-    ((128, 64), "cooperative", "streamk"),
-    ((128, 128), "cooperative", "streamk"),
-]
-# Each catalog tile comes as these kernels (FpAIntBSm90Spec keywords): qgemm's consumer loop on 128-deep K
+# kernel's N): what qgemm/fpaintb/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8.
+# Each catalog tile comes in these forms (FpAIntBSm90Spec keywords): qgemm's consumer loop on 128-deep K
 # tiles with zeros and scale-only, for weights whose K and group size are multiples of 128 (2-13% faster,
 # heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros and scale-only for
 # the others (group 64, K an odd multiple of 64).
 FPAINTB_SM90_VARIANTS = [
     dict(zeros=True), dict(zeros=False),
     dict(zeros=True, tile_k=128, mainloop="ahead"), dict(zeros=False, tile_k=128, mainloop="ahead"),
+]
+FPAINTB_SM90_AHEAD_VARIANTS = FPAINTB_SM90_VARIANTS[2:]
+# (tile (weight rows, tokens), schedule, scheduler, forms): 16-, 32-, 64- and 128-token stream-K tiles for
+# batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The
+# 16-token tile comes only with qgemm's loop: below 17 rows the other weights keep the Sm80 kernels
+# (heuristics.FPAINTB_SM90_NARROW_MAX_M). Every kernel costs one to two minutes of CI build time, so the
+# catalog stays at these 56 (14 per activation type and width);
+# FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
+# benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
+# the CI build.
+FPAINTB_SM90_CONFIGS = [
+    ((128, 16), "cooperative", "streamk", FPAINTB_SM90_AHEAD_VARIANTS),
+    ((128, 32), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
+    ((128, 64), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
+    ((128, 128), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
 ]
 FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 16), scheduler="streamk"),
@@ -450,12 +453,14 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     # 128-deep tile), and on 128-deep 16- and 256-token tiles.
     dict(tile=(128, 128), scheduler="streamk", zeros=True, mainloop="ahead"),
     dict(tile=(128, 128), scheduler="streamk", zeros=False, mainloop="ahead"),
-    dict(tile=(128, 16), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
     dict(tile=(128, 256), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead"),
-    # The 16-token tile with zeros; 256 tokens on 64-deep K tiles (the 128-deep 128 x 256 tile's 72 KB stages
-    # leave two in shared memory, both held by the loop, so nothing is prefetched: 0.58x of 128 x 128 at
-    # M = 1024); the persistent scheduler under qgemm's loop.
-    dict(tile=(128, 16), scheduler="streamk", zeros=True, tile_k=128, mainloop="ahead"),
+    # 256 tokens on 64-deep K tiles (the 128-deep 128 x 256 tile's 72 KB stages leave two in shared memory,
+    # both held by the loop, so nothing is prefetched: 0.58x of 128 x 128 at M = 1024), and the persistent
+    # scheduler under qgemm's loop. Measured on an H100 (benchmarks/device_tokens.sh, 2026-11-27, INT4 g128
+    # scale-only, the six shapes, M = 256-4096) against the plan's 128 x 128 stream-K kernel: 128 x 256
+    # slower on every shape and M (e.g. 289 against 240 us at M = 256, 14336 x 21504; 0.70-0.85x at
+    # K = 4096); persistent 128 x 128 faster on a few short-K rows at M = 256 (54.2 against 56.5 us,
+    # 4096 x 12288) and up to 27% slower elsewhere (58.3 against 45.7, 11008 x 4096). Neither adopted.
     dict(tile=(128, 256), scheduler="streamk", zeros=False, mainloop="ahead"),
     dict(tile=(128, 128), scheduler="persistent", zeros=False, tile_k=128, mainloop="ahead"),
 ]
@@ -463,10 +468,10 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
 
 def fpaintb_sm90_specs(act: str, bits: int, sweep: bool = False) -> list[FpAIntBSm90Spec]:
     """The catalog's Sm90 FpA x IntB kernels for one activation type and weight width: each tile in
-    every FPAINTB_SM90_VARIANTS form (zero points or scale-only, CUTLASS's loop on 64-deep K tiles or
+    its FPAINTB_SM90_CONFIGS forms (zero points or scale-only, CUTLASS's loop on 64-deep K tiles or
     qgemm's on 128-deep ones), and with sweep also the benchmark-only configurations."""
-    specs = [FpAIntBSm90Spec(act, bits, *config, **variant) for config in FPAINTB_SM90_CONFIGS
-             for variant in FPAINTB_SM90_VARIANTS]
+    specs = [FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, **variant)
+             for tile, schedule, scheduler, variants in FPAINTB_SM90_CONFIGS for variant in variants]
     if sweep:
         specs += [FpAIntBSm90Spec(act, bits, **config) for config in FPAINTB_SM90_SWEEP_CONFIGS]
     return specs

@@ -177,7 +177,8 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 # CUDA graphs, the six shapes (K, N) = (14336, 21504), (4096, 12288), (4096, 22016), (11008, 4096),
 # (8192, 28672), (28672, 8192); us in that order):
 #   * M = 16: the Sm80 kernels stay (75.8, 19.4, 31.7, 21.6, 63.3, 64.3; the best Sm90 tile, 128 x 16,
-#     85.3, 21.1, 34.7, 21.0, 70.9, 63.6). From M = 17 the Sm90 kernel (FPAINTB_SM90_MIN_M): at M = 24
+#     85.3, 21.1, 34.7, 21.0, 70.9, 63.6; with qgemm's consumer loop it wins, FPAINTB_SM90_NARROW_MAX_M
+#     below). From M = 17 the Sm90 kernel: at M = 24
 #     its 128 x 32 tile beat the Sm80 32-row GEMM on all six (92.7, 22.5, 37.9, 22.5, 74.7, 67.8 against
 #     102.4, 25.8, 38.8, 28.8, 84.0, 83.3), at M = 32 likewise (91.0, 22.7, 37.8, 22.8, 75.4, 68.0
 #     against the 128 x 64 tile's 104.4, 27.1, 44.8, 28.9, 89.5, 82.7);
@@ -210,11 +211,22 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 # against 0.851x), where CUTLASS's loop on 64-deep tiles had lost by 0-8%. At 4096 that loop lost by 12-19%
 # (above) and qgemm's gained 5-9% over it from M = 256 to 2048, so the crossing lies near 3000 rows
 # (not measured between 2048 and 4096): FPAINTB_SM90_DEQUANT_MIN_M = 3072.
-FPAINTB_SM90_MIN_M = 17
+# 9 to 16 rows (FPAINTB_SM90_NARROW_MAX_M): the 16-token tile with qgemm's consumer loop on 128-deep K
+# tiles, adopted from benchmarks/device_tokens.sh (H100, 2026-11-27, the six shapes, FP16, geomean against
+# cuBLAS FP16 at M = 16; M = 9 within 1%): INT4 g128 scale-only 2.44x with CUTLASS's stream-K
+# decomposition against 2.28x for the Sm80 16-row GEMM (faster on five shapes, 31.3 against 30.9 us on
+# 4096 x 22016), with zeros 2.39x; INT8 per channel 1.67x against 1.49x. The split rule below holds for
+# this tile too: 4 splits at N = 4096 (32 tiles; 18.9 against 20.7 us at 11008 x 4096), 2 at N = 8192
+# (53.3 against 57.1 at 28672 x 8192), none from N = 12288 (2 and 4 splits lost 10-35% there). With it,
+# INT4 g128 at M = 16: 2.50x. The catalog holds the 16-token tile only with qgemm's loop, so weights
+# whose K or group size is not a multiple of 128 keep the Sm80 kernels below 17 rows.
+FPAINTB_SM90_MIN_M = 9
+FPAINTB_SM90_NARROW_MAX_M = 16
 FPAINTB_SM90_DEQUANT_MIN_M = 3072
 FPAINTB_SM90_MAX_SPLITS = 4
 # (most rows, tile (weight rows, tokens), schedule, scheduler), the first that fits M.
 FPAINTB_SM90_TILES = [
+    (FPAINTB_SM90_NARROW_MAX_M, (128, 16), "cooperative", "streamk"),
     (32, (128, 32), "cooperative", "streamk"),
     (64, (128, 64), "cooperative", "streamk"),
     (None, (128, 128), "cooperative", "streamk"),
@@ -238,7 +250,7 @@ FPAINTB_SM90_TILES = [
 #     in each tile's own M range, and 1-2% slower on the other three.
 #   * the 128-deep 128 x 16 tile with qgemm's loop at M = 16: 2.44x against 2.26x for the Sm80 16-row
 #     GEMM the plan runs (faster on all six shapes; sweep timing with CUTLASS's stream-K decomposition).
-#     Not adopted yet: its catalog kernels, their split rule and the M = 9-16 threshold are untested.
+#     Adopted for 9-16 rows after its own run (FPAINTB_SM90_NARROW_MAX_M above).
 FPAINTB_SM90_AHEAD = dict(tile_k=128, mainloop="ahead")
 
 
@@ -276,7 +288,9 @@ def fpaintb_sm90_applies(m: int, n: int, k: int, group_size: int, target_sm: int
         return False
     if FPAINTB_SM90_DEQUANT_MIN_M is not None and m >= FPAINTB_SM90_DEQUANT_MIN_M:
         return False
-    return n % 8 == 0 and k % FpAIntBSm90Spec.TILE_K == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k)
+    # up to FPAINTB_SM90_NARROW_MAX_M rows only qgemm's loop on 128-deep K tiles (the catalog's 16-token tile)
+    tile_k = FPAINTB_SM90_AHEAD["tile_k"] if m <= FPAINTB_SM90_NARROW_MAX_M else FpAIntBSm90Spec.TILE_K
+    return n % 8 == 0 and k % tile_k == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k, tile_k)
 
 
 def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:

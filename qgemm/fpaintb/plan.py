@@ -228,8 +228,8 @@ class FpAIntBPlan(Plan):
     Everything is checked at construction and on each call before any launch.
 
     On an sm90 GPU, M >= heuristics.FPAINTB_SM90_MIN_M runs the Sm90 kernel (heuristics.fpaintb_sm90_applies:
-    group size a multiple of 64 or K); the plan then holds a second copy of the weight in the Sm90
-    layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
+    group size a multiple of 64 or K, of 128 or K below FPAINTB_SM90_NARROW_MAX_M + 1 rows); the plan then
+    holds a second copy of the weight in the Sm90 layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
 
     slots = FPAINTB_SLOTS  # the Sm80/Sm75 kernels'; the Sm90 kernel's problem has FpAIntBSm90Spec.SLOTS
 
@@ -256,10 +256,11 @@ class FpAIntBPlan(Plan):
         super().__init__(device, sm_count(device))
         self._split = StreamKBuffers(device)
         self._problem = self._fixed_problem()
-        # The Sm90 path: on sm90 with a group size its 64-deep K tiles can read (else never used).
+        # The Sm90 path: on sm90 with a group size its 64-deep K tiles can read (else never used). Above
+        # FPAINTB_SM90_NARROW_MAX_M rows every tile has that form; below, only weights in 128-deep K tiles.
         self.sm90 = (sm90 and self.target_sm == 90
-                     and heuristics.fpaintb_sm90_applies(heuristics.FPAINTB_SM90_MIN_M, weight.n, weight.k,
-                                                         weight.group_size, 90))
+                     and heuristics.fpaintb_sm90_applies(heuristics.FPAINTB_SM90_NARROW_MAX_M + 1, weight.n,
+                                                         weight.k, weight.group_size, 90))
         self._sm90_problem = self._fixed_sm90_problem() if self.sm90 else None
 
     def _fixed_problem(self) -> QgemmProblem:

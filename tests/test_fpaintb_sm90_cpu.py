@@ -173,12 +173,30 @@ def test_heuristic_takes_the_ahead_loop_where_k_tiles_of_128_fit():
 
 
 def test_heuristic_tile_by_m():
-    def tile(m):
-        return heuristics.fpaintb_sm90_choice(m, 4096, 4096, 4, "f16", 132).spec.tile
+    def tile(m):  # (N = 12288: 96 weight tiles, enough that the few-tiles rule never applies)
+        return heuristics.fpaintb_sm90_choice(m, 12288, 4096, 4, "f16", 132).spec.tile
     assert tile(heuristics.FPAINTB_SM90_MIN_M) == tile(heuristics.FPAINTB_SM90_NARROW_MAX_M) == (128, 16)
     assert tile(heuristics.FPAINTB_SM90_NARROW_MAX_M + 1) == tile(32) == (128, 32)
     assert tile(33) == tile(64) == (128, 64)
     assert tile(65) == tile(heuristics.FPAINTB_SM90_DEQUANT_MIN_M - 1) == (128, 128)
+
+
+def test_heuristic_few_tiles_take_the_64_token_tile():
+    """Where the 128-token tiles would fill at most half the GPU, the 64-token tile, with the split rule
+    applied to its own tiles: the sweep's 4096 x 4096 at M = 128 (32 tiles: 128 x 64 with 2 slices), at
+    M = 200 (64 tiles: 128 x 64, 128 tiles of it, no split); 6144 columns at M = 200 (96) keep 128 x 128."""
+    def pick(m, n, sm_count=132):
+        c = heuristics.fpaintb_sm90_choice(m, n, 4096, 4, "f16", sm_count, zeros=False, group_size=128)
+        return c.spec.tile, c.splits
+    assert pick(128, 4096) == ((128, 64), 2)
+    assert pick(80, 2048) == ((128, 64), 4)
+    assert pick(128, 6144) == ((128, 64), 0)      # 48 tiles
+    assert pick(200, 4096) == ((128, 64), 0)      # 64 tiles of 128 x 128: at half the GPU
+    assert pick(200, 6144) == ((128, 128), 0)     # 96
+    assert pick(128, 12288) == ((128, 128), 0)
+    assert pick(1000, 4096) == ((128, 128), 0)
+    assert pick(128, 4096, sm_count=60) == ((128, 128), 0)   # a smaller GPU: 32 tiles fill more than half
+    assert pick(48, 1024)[0] == (128, 64) and pick(24, 1024)[0] == (128, 32)   # narrower tiles unchanged
 
 
 def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():
@@ -190,7 +208,10 @@ def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():
     assert splits(24, 4096) == 4          # 32 tiles of 128 weight rows x 32 tokens
     assert splits(24, 8192) == 2          # 64 tiles
     assert splits(24, 12288) == 0         # 96 tiles: more than half of 132 SMs
-    assert splits(48, 4096) == 4 and splits(100, 8192) == 2
+    assert splits(48, 4096) == 4 and splits(48, 8192) == 2   # the 64-token tile alike
+    # (100 rows on 2048 columns: 16 tiles of 128 x 128 give way to 32 of 128 x 64, split 4 ways; so the
+    # 128-token tile itself never splits, the condition being the same)
+    assert splits(100, 2048) == 4 and splits(100, 8192) == 0
     assert splits(24, 8) == heuristics.FPAINTB_SM90_MAX_SPLITS   # one tile: capped
     assert splits(1000, 4096) == 0        # 256 tiles
     assert splits(24, 8192, sm_count=78) == 0   # a smaller GPU: 64 tiles fill more than half

@@ -215,7 +215,8 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     (200, (128, 256), "persistent", 0, True, "cutlass"),
     (200, (128, 128), "streamk", 0, False, "cutlass"),     # the scale-only kernels, symmetric weights
     (24, (128, 32), "streamk", 4, False, "cutlass"),
-    (200, (128, 128), "streamk", 4, True, "ahead"),        # qgemm's consumer loop, 128-deep K tiles:
+    (1100, (128, 128), "streamk", 0, True, "ahead"),       # qgemm's consumer loop, 128-deep K tiles:
+    (200, (128, 64), "streamk", 4, True, "ahead"),         # (few 128-token tiles at 200 rows: the 64-token one)
     (24, (128, 32), "streamk", 4, False, "ahead"),         # the plan's kernels for this weight
     (12, (128, 16), "streamk", 4, True, "ahead"),          # 9-16 rows: the 16-token tile, 8 tiles split 4 ways
 ])

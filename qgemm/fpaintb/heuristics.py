@@ -301,14 +301,35 @@ def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
     return min(FPAINTB_SM90_MAX_SPLITS, sm_count // tiles) if 2 * tiles <= sm_count else 0
 
 
+# Few output tiles: where the 128-token tiles would fill at most half the GPU, the 64-token tile instead
+# (twice the tiles; the split rule then runs on those). Measured on an H100 (benchmarks/bench_fpaintb.py
+# --sweep sm90 --sweep-match '^s90128x(64|128)k128soahsk[024]$', 2026-11-27, INT4 g128 scale-only, us,
+# 128 x 128 as the plan ran it / 128 x 64 with the split rule's slices):
+#   M = 80 and 128: 4096 x 2048 25.5 / 18.1, 24.5 / 17.9; 4096 x 4096 26.0 / 18.9, 25.7 / 19.1;
+#     11008 x 4096 34.9 / 30.2, 35.3 / 30.3; 14336 x 4096 38.4 / 35.5, 41.2 / 35.7; 4096 x 6144 (48 tiles)
+#     26.3 / 20.9, 25.3 / 21.1; in another run 11008 x 4096 at M = 128 35.6 / 29.6;
+#   M = 200 (two token tiles): 4096 x 2048 25.8 / 18.1; 4096 x 4096 26.0 / 22.5; 11008 x 4096 43.6 / 44.8
+#     and 14336 x 4096 54.3 / 55.7 (2.6% slower); M = 256, 11008 x 4096 46.7 / 45.6;
+#   with more tiles the 128-token tile won (4096 x 6144 at M = 200: 28.3 / 35.4; 4096 x 12288 at M = 128:
+#     30.5 / 36.3).
+# ncu of the 128 x 128 kernel at M = 128, 4096 x 4096 (4 slices): SMs active 54% of the elapsed cycles,
+# 0.17 instructions issued per scheduler a cycle, barrier and long-scoreboard stalls (the slices' fix-up).
+# The plan with this rule, same day: 4096 x 4096 18.8 / 21.6 us at M = 128 / 200 (cuBLAS FP16 15.4 / 18.0),
+# 11008 x 4096 31.4 / 44.7 (39.4 / 45.6), 4096 x 6144 21.9 at M = 128 (21.8).
+FPAINTB_SM90_FEW_TILES_TOKENS = 64
+
+
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
                         zeros: bool = True, group_size: int | None = None) -> FpAIntBSm90Choice:
     """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). zeros=False
     (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile.
     Where K and the group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer
-    loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones."""
+    loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones. A 128-token tile whose
+    tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS)."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
+    if tile[1] == 128 and 2 * -(-n // tile[0]) * -(-m // tile[1]) <= sm_count:
+        tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)
     if not spec.supports(k, group_size or k):

@@ -214,8 +214,8 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 # 9 to 16 rows (FPAINTB_SM90_NARROW_MAX_M): the 16-token tile with qgemm's consumer loop on 128-deep K
 # tiles, adopted from benchmarks/device_tokens.sh (H100, 2026-11-27, the six shapes, FP16, geomean against
 # cuBLAS FP16 at M = 16; M = 9 within 1%): INT4 g128 scale-only 2.44x with CUTLASS's stream-K
-# decomposition against 2.28x for the Sm80 16-row GEMM (faster on five shapes, 31.3 against 30.9 us on
-# 4096 x 22016), with zeros 2.39x; INT8 per channel 1.67x against 1.49x. The split rule below holds for
+# decomposition against 2.28x for the Sm80 16-row GEMM (faster on five shapes; on the sixth, 4096 x 22016,
+# 31.3 against 30.9 us), with zeros 2.39x; INT8 per channel 1.67x against 1.49x. The split rule below holds for
 # this tile too: 4 splits at N = 4096 (32 tiles; 18.9 against 20.7 us at 11008 x 4096), 2 at N = 8192
 # (53.3 against 57.1 at 28672 x 8192), none from N = 12288 (2 and 4 splits lost 10-35% there). With it,
 # INT4 g128 at M = 16: 2.50x. The catalog holds the 16-token tile only with qgemm's loop, so weights

@@ -229,7 +229,8 @@ class FpAIntBPlan(Plan):
 
     On an sm90 GPU, M >= heuristics.FPAINTB_SM90_MIN_M runs the Sm90 kernel (heuristics.fpaintb_sm90_applies:
     group size a multiple of 64 or K, of 128 or K below FPAINTB_SM90_NARROW_MAX_M + 1 rows); the plan then
-    holds a second copy of the weight in the Sm90 layout. `sm90=False` keeps every M on the Sm80 kernels and makes no copy."""
+    holds a second copy of the weight in the Sm90 layout. `sm90=False` keeps every M on the Sm80 kernels
+    and makes no copy."""
 
     slots = FPAINTB_SLOTS  # the Sm80/Sm75 kernels'; the Sm90 kernel's problem has FpAIntBSm90Spec.SLOTS
 

@@ -293,11 +293,16 @@ def fpaintb_sm90_applies(m: int, n: int, k: int, group_size: int, target_sm: int
     return n % 8 == 0 and k % tile_k == 0 and FpAIntBSm90Spec.supports_group_size(group_size, k, tile_k)
 
 
+def _sm90_tiles(m: int, n: int, tile: tuple) -> int:
+    """Output tiles of the Sm90 kernel (its M the weight's N, its N the tokens)."""
+    return -(-n // tile[0]) * -(-m // tile[1])
+
+
 def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
     """Stream-K split-K slices (ext[4]) for M rows of an N-column weight: sm_count // tiles (at most
     FPAINTB_SM90_MAX_SPLITS) where the output tiles fill less than half the GPU, else 0 (CUTLASS's
     heuristic decomposition)."""
-    tiles = -(-n // tile[0]) * -(-m // tile[1])
+    tiles = _sm90_tiles(m, n, tile)
     return min(FPAINTB_SM90_MAX_SPLITS, sm_count // tiles) if 2 * tiles <= sm_count else 0
 
 
@@ -328,7 +333,7 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS)."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
-    if tile[1] == 128 and 2 * -(-n // tile[0]) * -(-m // tile[1]) <= sm_count:
+    if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:
         tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device calls for the 16-token Sm90 FpA x IntB tile at 9-16 rows (issue 16).
-#   STAGE=tests (default): builds the FpA x IntB catalog (FP16 and BF16) and the sweep's ahead kernels, runs
-#     tests/test_fpaintb_sm90_gpu.py (all but the sweep-only stock kernels' tests) and the Sm80 file's plan
-#     tests that reach the Sm90 kernel, then saves the kernel cache into $OUT.
+#   STAGE=tests (default): STAGE=tests benchmarks/device_ahead.sh (the FpA x IntB catalog, FP16 and BF16, and
+#     the sweep's ahead kernels; tests/test_fpaintb_sm90_gpu.py but the sweep-only stock kernels' tests),
+#     then saves the kernel cache into $OUT.
 #   STAGE=bench: bench_fpaintb.py at MS (default the issue's rows) with the BF16 columns, then
 #     bench_model.py (issue 19) unless MODEL=0.
 #   STAGE=bench with TEST_K: first the Sm90 GPU tests that -k selects.
@@ -10,12 +10,8 @@
 #   env: TEST_TIMEOUT (300), BENCH_TIMEOUT (300), MODEL_TIMEOUT (240), MODEL_ARGS (bench_model.py's)
 set -uo pipefail
 source benchmarks/device_env.sh
-if [ "${STAGE:-tests}" = tests ]; then
-  timeout 330 python3 benchmarks/prebuild_sm90.py --family fpaintb --sweep f16:4 --match ah 2>&1 | tail -3
-  echo "build done at $(( $(date +%s) - T0 )) s"
-  timeout -s KILL ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -q -p no:cacheprovider \
-    -k "not cluster and not k128_and_wide" > "$OUT/pytest_sm90.log" 2>&1
-  echo "pytest rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^(FAILED|E )|passed|failed" "$OUT/pytest_sm90.log" | tail -20
+if [ "${STAGE:-tests}" = tests ]; then  # device_ahead.sh's test stage (the same build and tests), then the cache
+  STAGE=tests bash benchmarks/device_ahead.sh
   kcache_save
   exit 0
 fi

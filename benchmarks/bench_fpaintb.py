@@ -23,12 +23,13 @@ qgemm BF16.
 (cutlass_gen/families/fpaintb.py FPAINTB_SM90_SWEEP_CONFIGS, clusters included) with stream-K split
 counts, for INT4 and INT8 (FP16 activations): the data heuristics.FPAINTB_SM90_* are set from;
 --sweep-match keeps the Sm90 kernels whose label matches; --sweep-knobs adds raster orders and swizzles,
---sweep-dequant dequantize + cuBLAS. Each row's swept times print on the line after it.
+--sweep-dequant dequantize + cuBLAS, --sweep-decomposition forced data-parallel (label ...dp) and
+forced stream-K (...skall) beside CUTLASS's heuristic decomposition (sk0). Each row's swept times print on the line after it.
 --sweep sm80 times the tiled GEMM's shapes and split-K counts, the small-M kernel and the dequantize path
 (the table heuristics.fpaintb_choice was set from). Kernel labels:
 s90<tile>[k128][pp][c<cluster>][so][ah][sk<splits>][r<raster>w<swizzle>] Sm90 kernel (k128 128-deep K tiles,
 pp ping-pong, c2x1 a cluster of 2 along the weight rows, so scale-only (symmetric weights), ah qgemm's
-consumer loop, sk stream-K, r1/r2 raster along M/N and w the max swizzle: --sweep-knobs),
+consumer loop, sk stream-K (dp / skall: forced data-parallel / stream-K), r1/r2 raster along M/N and w the max swizzle: --sweep-knobs),
 g<tile>s<stages>c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode
 variant, FpAIntBGemvSpec stream=True), dequant+cuBLAS.
 --decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
@@ -59,6 +60,8 @@ from qgemm.bench.peers import tinygemm_int4 as tinygemm
 from qgemm.bench.timing import copy_bandwidth, geomean, l2_bytes, rotation_count, timed_rotating
 
 SM90_SPLITS = (0, 2, 4)  # stream-K kernels: CUTLASS's heuristic decomposition, then split-K slices
+# --sweep-decomposition: stream-K kernels without slices also forced data-parallel and forced stream-K (ext[5])
+SM90_DECOMPOSITIONS = (heuristics.DECOMPOSITION_DATA_PARALLEL, heuristics.DECOMPOSITION_STREAM_K)
 # --sweep-knobs: (raster order, max swizzle) beside CUTLASS's heuristic raster and swizzle 1 (ext[2], ext[3])
 SM90_KNOBS = [(r, w) for r in (1, 2) for w in (1, 2, 4, 8)]
 
@@ -102,15 +105,19 @@ def sweep_choices(bits: int, m: int, n: int, k: int, sm_count: int) -> list:
     return choices
 
 
-def sm90_sweep_choices(bits: int, match: str | None = None, knobs: bool = False) -> list:
+def sm90_sweep_choices(bits: int, match: str | None = None, knobs: bool = False,
+                       decompositions: bool = False) -> list:
     """Every Sm90 kernel of the catalog and of the sweep list (FP16), stream-K ones with split counts;
     with match, only those whose label the regular expression matches. knobs: each matched kernel
     without a split also with every raster order along M or N and swizzle (SM90_KNOBS: run-time
-    arguments, no other build)."""
+    arguments, no other build). decompositions: stream-K kernels also forced data-parallel and forced
+    stream-K (SM90_DECOMPOSITIONS; labels ending dp and sk after the sk0)."""
     choices = []
     for spec in fpaintb_sm90_specs("f16", bits, sweep=True):
         splits = SM90_SPLITS if spec.scheduler == "streamk" else (0,)
         choices += [heuristics.FpAIntBSm90Choice(spec, splits=sk) for sk in splits]
+        if decompositions and spec.scheduler == "streamk":
+            choices += [heuristics.FpAIntBSm90Choice(spec, decomposition=d) for d in SM90_DECOMPOSITIONS]
     choices = [c for c in choices if match is None or re.search(match, label(c))]
     if knobs:
         choices += [dataclasses.replace(c, raster=r, swizzle=w) for c in list(choices) if c.splits == 0
@@ -119,7 +126,7 @@ def sm90_sweep_choices(bits: int, match: str | None = None, knobs: bool = False)
 
 
 def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8), sweep_match: str | None = None,
-        sweep_knobs: bool = False, sweep_dequant: bool = False) -> dict:
+        sweep_knobs: bool = False, sweep_dequant: bool = False, sweep_decomposition: bool = False) -> dict:
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
     unbuilt = set()
@@ -149,7 +156,7 @@ def run(shapes, ms, sweep: str | None, bf16: bool = True, sweep_bits=(4, 8), swe
             if sweep in ("sm80", "all"):
                 choices += sweep_choices(bits, m, n, k, sm_count)
             if sweep in ("sm90", "all") and on_sm90:
-                choices += sm90_sweep_choices(bits, sweep_match, sweep_knobs)
+                choices += sm90_sweep_choices(bits, sweep_match, sweep_knobs, sweep_decomposition)
                 if sweep_dequant:
                     choices.append(heuristics.FpAIntBChoice(FpAIntBDequantSpec("f16", bits)))
             sweep_times = {}
@@ -323,6 +330,8 @@ def main():
     ap.add_argument("--sweep-knobs", action="store_true",
                     help="--sweep sm90: also each matched kernel without a split under every raster order and swizzle")
     ap.add_argument("--sweep-dequant", action="store_true", help="--sweep sm90: also dequantize + cuBLAS")
+    ap.add_argument("--sweep-decomposition", action="store_true",
+                    help="--sweep sm90: also each stream-K kernel forced data-parallel (dp) and forced stream-K (sk)")
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")
@@ -345,7 +354,8 @@ def main():
         return
     print(HEADER)
     result = run(shapes[:1] if args.quick else shapes, args.m or MS, args.sweep, not args.no_bf16,
-                 tuple(args.sweep_bits or (4, 8)), args.sweep_match, args.sweep_knobs, args.sweep_dequant)
+                 tuple(args.sweep_bits or (4, 8)), args.sweep_match, args.sweep_knobs, args.sweep_dequant,
+                 args.sweep_decomposition)
     report.write_json(result, args.json)
     print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "
           f"{result['l2_MiB']} MiB (weights rotated through >= 4x); times in us; "

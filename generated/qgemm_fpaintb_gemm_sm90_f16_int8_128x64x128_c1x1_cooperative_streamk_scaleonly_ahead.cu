@@ -37,6 +37,9 @@
 //   ext[2]         raster order: 0 heuristic, 1 along M, 2 along N (of the kernel's own M, N)
 //   ext[3]         max swizzle: 1, 2, 4 or 8
 //   ext[4]         stream-K scheduler only: 0 heuristic decomposition, s > 1 split-K into s slices
+//   ext[5]         stream-K scheduler only, without split-K slices: 0 CUTLASS's heuristic decomposition,
+//                  1 data-parallel (one CTA per output tile), 2 stream-K over every SM (the heuristic keeps
+//                  whole tiles where the last wave is at least half full, or a wave has idle SMs)
 //   sm_count       multiprocessors, for the persistent grid
 //   workspace      launch.workspace_bytes (stream-K partials and flags): zero before every launch
 #include "cutlass/cutlass.h"
@@ -134,7 +137,10 @@ struct Adapter {
            (g == p.k || g % 128 == 0) && p.ld[0] >= p.k && p.ld[0] % kAlignmentX == 0 &&
            p.ld[2] >= p.n && p.ld[2] % kAlignmentD == 0 && p.ext[1] >= 0 && p.ext[1] <= 3 &&
            p.ext[2] >= 0 && p.ext[2] <= 2 && (p.ext[3] == 1 || p.ext[3] == 2 || p.ext[3] == 4 || p.ext[3] == 8) &&
-           p.ext[4] >= 0 && p.ext[4] <= 64 && p.sm_count > 0;
+           p.ext[4] >= 0 && p.ext[4] <= 64 &&
+           p.ext[5] >= 0 && p.ext[5] <= 2 &&
+
+           !(p.ext[4] > 1 && p.ext[5] != 0) && p.sm_count > 0;
   }
 
   static bool pointers_set(QgemmProblem const& p) {
@@ -178,7 +184,9 @@ struct Adapter {
       args.scheduler.splits = int(p.ext[4]);
       args.scheduler.decomposition_mode = Decomposition::SplitK;
     } else {
-      args.scheduler.decomposition_mode = Decomposition::Heuristic;
+      int64_t mode = p.ext[5];
+      args.scheduler.decomposition_mode = mode == 1 ? Decomposition::DataParallel
+                                        : mode == 2 ? Decomposition::StreamK : Decomposition::Heuristic;
     }
 
     return args;

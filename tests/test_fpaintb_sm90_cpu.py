@@ -246,6 +246,25 @@ def test_choice_checks_knobs():
         heuristics.FpAIntBSm90Choice(spec, swizzle=3)
     with pytest.raises(TypeError, match="FpAIntBSm90Spec"):
         heuristics.FpAIntBSm90Choice(object())
+    streamk = FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk")
+    for d in (heuristics.DECOMPOSITION_DATA_PARALLEL, heuristics.DECOMPOSITION_STREAM_K):
+        heuristics.FpAIntBSm90Choice(streamk, decomposition=d)
+        with pytest.raises(ValueError, match="only on a stream-K kernel without split-K slices"):
+            heuristics.FpAIntBSm90Choice(spec, decomposition=d)           # a persistent kernel
+        with pytest.raises(ValueError, match="only on a stream-K kernel without split-K slices"):
+            heuristics.FpAIntBSm90Choice(streamk, splits=2, decomposition=d)
+    with pytest.raises(ValueError, match="decomposition must be 0 .heuristic., 1 .data-parallel. or 2 .stream-K."):
+        heuristics.FpAIntBSm90Choice(streamk, decomposition=3)
+
+
+def test_decomposition_reaches_its_slot_and_label():
+    """ext[5] of the Sm90 kernel's problem carries the choice's decomposition; the bench label names it."""
+    from qgemm.bench.fpaintb import label
+    spec = FpAIntBSm90Spec("f16", 4, (128, 64), scheduler="streamk", **heuristics.FPAINTB_SM90_AHEAD)
+    assert FpAIntBSm90Spec.SLOTS.where("decomposition") == ("ext", 5)
+    assert [label(heuristics.FpAIntBSm90Choice(spec, decomposition=d)) for d in (0, 1, 2)] == [
+        "s90128x64k128ahsk0", "s90128x64k128ahdp", "s90128x64k128ahskall"]
+    assert label(heuristics.FpAIntBSm90Choice(spec, splits=2)) == "s90128x64k128ahsk2"
 
 
 # --- layout and packing ----------------------------------------------------------------------------

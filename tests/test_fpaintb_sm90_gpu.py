@@ -291,6 +291,48 @@ def test_stream_k_workspace_from_poisoned_memory(splits):
         assert torch.equal(out, first)
 
 
+DECOMPOSITIONS = (heuristics.DECOMPOSITION_DATA_PARALLEL, heuristics.DECOMPOSITION_STREAM_K)
+
+
+@pytest.mark.parametrize("decomposition", DECOMPOSITIONS, ids=("data_parallel", "stream_k"))
+@pytest.mark.parametrize("m, tile, zeros, dtype", [
+    (12, (128, 16), False, torch.float16),
+    (17, (128, 32), True, torch.bfloat16),
+    (50, (128, 64), False, torch.bfloat16),
+    (300, (128, 128), True, torch.float16),
+    (1000, (128, 128), False, torch.float16),
+])
+def test_forced_decompositions(m, tile, zeros, dtype, decomposition):
+    """The catalog's 128-deep stream-K kernels forced data-parallel or stream-K (ext[5]). n = 1000 gives 8
+    weight-row tiles (the last one partial) and K = 4224 33 K tiles, so forced stream-K shares each output
+    tile's K iterations among several CTAs, at K-tile boundaries that are not the tile's halves. Same
+    bound as every kernel here; the result is the same bits call after call, from a poisoned stream-K
+    workspace, and under CUDA-graph replay."""
+    n, k = 1000, 4224
+    weight = random_weight(k, n, 4, 128, zeros, dtype, seed=21)
+    plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=randn(n, dtype=dtype, seed=2), activation="relu")
+    spec = FpAIntBSm90Spec(ACT_NAMES[dtype], 4, tile, scheduler="streamk", zeros=zeros, **heuristics.FPAINTB_SM90_AHEAD)
+    choice = heuristics.FpAIntBSm90Choice(spec, decomposition=decomposition)
+    x = randn(m, k, dtype=dtype, seed=22)
+    ref = reference(x, weight, plan.bias, "relu")
+    first = None
+    for _ in range(3):
+        poison_allocator()
+        out = run(plan, x, choice)
+        assert rel_err(out, ref) < BOUND[dtype], (m, tile, decomposition)
+        first = out if first is None else first
+        assert torch.equal(out, first)
+    out = torch.full_like(first, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, out, choice=choice)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+
+
 CLUSTER_CASES = [(torch.float16, 4), (torch.bfloat16, 8)]
 
 

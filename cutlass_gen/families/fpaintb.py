@@ -229,7 +229,7 @@ class FpAIntBSm90Spec(KernelSpec):
     family: ClassVar[str] = "fpaintb_gemm_sm90"
     template: ClassVar[str] = "fpaintb_gemm_sm90.cu.j2"
     SLOTS: ClassVar[Slots] = Slots(ptr=FPAINTB_PTR[:6], ld=("ld_x", None, "ld_out"),
-                                 ext=("group_size", "activation", "raster", "swizzle", "splits"))
+                                 ext=("group_size", "activation", "raster", "swizzle", "splits", "decomposition"))
     SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     TILE_N: ClassVar[tuple] = (16, 32, 64, 128, 256)

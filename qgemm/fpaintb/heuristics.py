@@ -255,18 +255,23 @@ FPAINTB_SM90_AHEAD = dict(tile_k=128, mainloop="ahead")
 
 
 RASTER_HEURISTIC = 0  # ext[2] of the Sm90 kernel: CUTLASS's raster heuristic
+# ext[5] of a stream-K Sm90 kernel without split-K slices: how CUTLASS's stream-K scheduler divides the work
+DECOMPOSITION_HEURISTIC = 0  # CUTLASS's: whole tiles unless the last wave is less than half full
+DECOMPOSITION_DATA_PARALLEL = 1  # one CTA per output tile
+DECOMPOSITION_STREAM_K = 2  # every SM takes an equal share of all tiles' K iterations
 
 
 @dataclass(frozen=True)
 class FpAIntBSm90Choice:
     """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..4]):
     raster order (0 CUTLASS's heuristic, 1 along M, 2 along N of the kernel's own M, N), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
-    (0: CUTLASS's heuristic decomposition)."""
+    (0: none) or else the decomposition (ext[5]: DECOMPOSITION_HEURISTIC, _DATA_PARALLEL or _STREAM_K)."""
 
     spec: FpAIntBSm90Spec
     raster: int = RASTER_HEURISTIC
     swizzle: int = 1
     splits: int = 0
+    decomposition: int = DECOMPOSITION_HEURISTIC
 
     def __post_init__(self):
         if not isinstance(self.spec, FpAIntBSm90Spec):
@@ -276,6 +281,11 @@ class FpAIntBSm90Choice:
         if not 0 <= self.splits <= 64 or (self.splits > 1 and self.spec.scheduler != "streamk"):
             raise ValueError(f"splits must be in [0, 64], and above 1 only on a stream-K kernel, got {self.splits} "
                              f"for {self.spec.name}")
+        if self.decomposition not in (DECOMPOSITION_HEURISTIC, DECOMPOSITION_DATA_PARALLEL, DECOMPOSITION_STREAM_K) or (
+                self.decomposition != DECOMPOSITION_HEURISTIC and (self.splits > 1 or self.spec.scheduler != "streamk")):
+            raise ValueError(f"decomposition must be 0 (heuristic), 1 (data-parallel) or 2 (stream-K), and other than 0 "
+                             f"only on a stream-K kernel without split-K slices, got {self.decomposition} with "
+                             f"{self.splits} slices for {self.spec.name}")
 
     @property
     def dequantize(self) -> bool:

@@ -375,7 +375,8 @@ class FpAIntBPlan(Plan):
 
     def _fill_sm90(self, p: QgemmProblem, m: int, choice):
         p.m = m
-        self._set(p, FpAIntBSm90Spec.SLOTS, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits)
+        self._set(p, FpAIntBSm90Spec.SLOTS, raster=choice.raster, swizzle=choice.swizzle, splits=choice.splits,
+                  decomposition=choice.decomposition)
 
     def _prepare_sm90(self, m: int, choice):
         spec = choice.spec

@@ -6,9 +6,27 @@
 #     M = 16 to 256 (MS), then 1024 on the 128 x 128 tile alone; the kernel cache into $OUT.
 #   STAGE=bench: the Sm90 GPU tests TEST_K selects (default the dispatch, graph, stream-K and NaN tests),
 #     then STAGE=bench benchmarks/device_narrow.sh (the plan's table, MS, and the model unless MODEL=0).
+#   STAGE=ab: the plan's table (bench_fpaintb.py --no-bf16, MS) from an older tree and this one in one call:
+#     .oldtree/ (ignored: `git archive <commit> qgemm cutlass_gen templates benchmarks tests | tar -x -C .oldtree`)
+#     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well.
 #   Carry [".whl", ".kcache"] (a cache built here with benchmarks/prebuild_sm90.py, or kcache_save's chunks).
 set -uo pipefail
 source benchmarks/device_env.sh
+if [ "${STAGE:-sweep}" = ab ]; then
+  M_ARGS=$(for m in ${MS:-16 32 64 128 256 1024}; do printf -- "--m %s " "$m"; done)
+  mkdir -p /tmp/oldcache && cat .kcache_old/kcache.tar.xz.* | xz -d -T16 | tar -xf - -C /tmp/oldcache
+  timeout 200 python3 benchmarks/prebuild_sm90.py --family fpaintb 2>&1 | tail -1
+  for run in $(for i in $(seq ${AB_ROUNDS:-1}); do echo old$i new$i; done); do
+    if [ ${run:0:3} = old ]; then
+      (cd .oldtree && QGEMM_CACHE_DIR=/tmp/oldcache/.qgemm-cache PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks \
+        timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py --no-bf16 $M_ARGS --json "$OUT/ab_$run.json")
+    else
+      timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py --no-bf16 $M_ARGS --json "$OUT/ab_$run.json"
+    fi > "$OUT/ab_$run.log" 2>&1
+    echo "$run rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^M=" "$OUT/ab_$run.log"
+  done
+  exit 0
+fi
 if [ "${STAGE:-sweep}" = bench ]; then
   timeout 240 python3 benchmarks/prebuild_sm90.py --family fpaintb 2>&1 | tail -1
   timeout -s KILL ${TEST_TIMEOUT:-240} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -q -p no:cacheprovider \
@@ -47,4 +65,18 @@ for name in ("decomp.json", "decomp_wide.json"):
         cells = " ".join(f"{k.replace('s90128x', '').replace('k128soah', '')}={v:.1f}" for k, v in sweep.items())
         print(f"M={r['m']:>5} K={r['k']:>5} N={r['n']:>5} cublas={r.get('cublas_us', float('nan')):.1f} plan={r.get('int4_us', float('nan')):.1f} ({r.get('int4_kernel')}) | {cells}")
 EOF
+# SASS instruction mix of the 16-token kernel's consumer loop, this tree's build and the older tree's
+# (.kcache_old), where cuobjdump exists: paired HMUL2 / HFMA2 against scalar HMUL / HFMA.
+if command -v cuobjdump > /dev/null; then
+  mkdir -p /tmp/oldcache && [ -d /tmp/oldcache/.qgemm-cache ] || cat .kcache_old/kcache.tar.xz.* 2>/dev/null | xz -d -T16 | tar -xf - -C /tmp/oldcache
+  for cache in "$QGEMM_CACHE_DIR" /tmp/oldcache/.qgemm-cache; do
+    for name in qgemm_fpaintb_gemm_sm90_f16_int4_128x16x128_c1x1_cooperative_streamk_scaleonly_ahead \
+                qgemm_fpaintb_gemm_sm90_bf16_int4_128x128x128_c1x1_cooperative_streamk_ahead; do
+      so=$(ls -t "$cache"/sm90/$name/*/kernel.so 2>/dev/null | head -1)
+      [ -n "$so" ] || continue
+      cuobjdump -sass "$so" > /tmp/sass.txt 2>&1
+      echo "$cache $name: $(for op in HMUL2 HFMA2 HADD2 'HMUL ' 'HFMA ' 'HADD ' LOP3 PRMT HGMMA LDS; do printf '%s=%s ' "$op" $(grep -c "$op" /tmp/sass.txt); done)"
+    done
+  done
+fi
 kcache_save > /dev/null

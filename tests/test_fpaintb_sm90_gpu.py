@@ -8,8 +8,7 @@ Error bound (||out - ref|| / ||ref||), the same as the Sm80 kernels': 2e-3 for F
 The kernel forms each weight as w' = q * scale + zero' in the activation type, with signed codes
 q = u - 2^(bits-1) (exact) and zero' = scale * (2^(bits-1) - zero) rounded once to that type
 (qgemm/fpaintb/pack.py sm90_zero). With unit roundoff eps (2^-11 FP16, 2^-8 BF16) each weight is off
-by at most eps (|q scale| + |zero'| + |w|) (CUTLASS's loop rounds q * scale and the sum; qgemm's loop forms
-both in one FMA, which rounds once and is closer still) (tests/test_fpaintb_sm90_cpu.py checks this arithmetic
+by at most eps (|q scale| + |zero'| + |w|) (tests/test_fpaintb_sm90_cpu.py checks this arithmetic
 element by element); with |q|, |2^(bits-1) - zero| <= 2^(bits-1) that is a few eps of |w|, random in
 sign, about 1.2 eps RMS relative to the weight's RMS for random codes and zero points. FP32 WGMMA
 accumulation adds far less, the output's rounding once more eps/sqrt(3) RMS: about 8e-4 (FP16) and

@@ -15,14 +15,7 @@
 // K tile of converted weight in registers (16 registers a thread for 128-row tiles and 64-deep K
 // tiles).
 //
-// The scale (and zero') step is qgemm's too: the stock MixedInputUtils::dequantize_A_kblock applies
-// them one weight at a time (cutlass::half_t / bfloat16_t operators: a scalar HMUL or HMUL + HADD per
-// weight, about half the conversion's instructions); dequantize_kblock below converts the codes the
-// same way and then scales two weights per instruction (HMUL2, or HFMA2 with zero'). Each lane rounds
-// as the scalar multiply does, so scale-only results are the same bits; with zero' the FMA rounds once
-// where the stock code may round twice.
-//
-// Everything else (TMA producer, pipeline, layouts, the code conversion itself through
+// Everything else (TMA producer, pipeline, layouts, the conversion itself through
 // MixedInputUtils) is the stock collective's: this type derives from it and replaces mma() and
 // mma_tail() only. mma() keeps the stock contract: it releases every stage but the last, which
 // mma_tail() releases after the final wait.
@@ -48,67 +41,6 @@ struct TileAheadMainloop : Stock {
   using typename Stock::SwappedSmemCopyAtomA;
   using typename Stock::SwappedStrideA;
   using typename Stock::RealSwappedElementA;
-
-  // Codes of one k-block converted into the MMA type, then scaled (and zero' added) two weights per
-  // instruction; modes the pairing does not cover (no scale, a scale type other than the MMA type, the
-  // lookup-table mode) go through the stock step.
-  template <class TensorIn, class TensorOut, class ExtraInfo>
-  CUTLASS_DEVICE static void dequantize_kblock(TensorIn const& tCrA_load, TensorOut& tCrA_mma, ExtraInfo& extra_info,
-                                               int k_block) {
-    using namespace cute;
-    using Mode = cutlass::detail::ConversionMode;
-    using SrcType = typename TensorIn::value_type;
-    using DstType = typename TensorOut::value_type;
-    constexpr bool kWithZero = Stock::KernelConversionMode == Mode::ConvertAndScaleWithZero;
-    constexpr bool kPaired = (Stock::KernelConversionMode == Mode::ConvertAndScale || kWithZero) &&
-                             !Stock::UseScaleLookupTable && is_same_v<DstType, typename Stock::ElementScale> &&
-                             (is_same_v<DstType, cutlass::half_t> || is_same_v<DstType, cutlass::bfloat16_t>);
-    if constexpr (!kPaired) {
-      Utils::dequantize_A_kblock(tCrA_load, tCrA_mma, extra_info, k_block);
-    } else {
-      Tensor src = tCrA_load(_, _, k_block);
-      Tensor dst = tCrA_mma(_, _, k_block);
-      // The conversion as the stock step runs it: register-sized pieces through LayoutAwareConvert.
-      constexpr int kValuesPerSrcReg = cute::min(decltype(size(src(_, 0)))::value, ceil_div(32, sizeof_bits_v<SrcType>));
-      Tensor src_vm = cute::group_modes<1, -1>(cute::zipped_divide(src, Int<kValuesPerSrcReg>{}));
-      Tensor dst_vm = cute::group_modes<1, -1>(cute::zipped_divide(dst, Int<kValuesPerSrcReg>{}));
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size<1>(dst_vm); ++i) {
-        cutlass::LayoutAwareConvert(src_vm(_, i), dst_vm(_, i));
-      }
-      // Weights 2j and 2j + 1 of a fragment are neighbours along K in one register (and so share a
-      // row's scale): one paired instruction each.
-      Tensor scales = get<1>(extra_info)(_, _, k_block);
-      constexpr int kValues = decltype(size(dst))::value;
-      static_assert(kValues % 2 == 0, "the converted fragment must hold whole pairs");
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kValues; i += 2) {
-        if constexpr (is_same_v<DstType, cutlass::half_t>) {
-          __half2 w = __halves2half2(dst(i).to_half(), dst(i + 1).to_half());
-          __half2 scale = __halves2half2(scales(i).to_half(), scales(i + 1).to_half());
-          if constexpr (kWithZero) {
-            Tensor zeros = get<3>(extra_info)(_, _, k_block);
-            w = __hfma2(w, scale, __halves2half2(zeros(i).to_half(), zeros(i + 1).to_half()));
-          } else {
-            w = __hmul2(w, scale);
-          }
-          dst(i) = cutlass::half_t(__low2half(w));
-          dst(i + 1) = cutlass::half_t(__high2half(w));
-        } else {
-          __nv_bfloat162 w = __halves2bfloat162(dst(i).to_nv_bfloat16(), dst(i + 1).to_nv_bfloat16());
-          __nv_bfloat162 scale = __halves2bfloat162(scales(i).to_nv_bfloat16(), scales(i + 1).to_nv_bfloat16());
-          if constexpr (kWithZero) {
-            Tensor zeros = get<3>(extra_info)(_, _, k_block);
-            w = __hfma2(w, scale, __halves2bfloat162(zeros(i).to_nv_bfloat16(), zeros(i + 1).to_nv_bfloat16()));
-          } else {
-            w = __hmul2(w, scale);
-          }
-          dst(i) = cutlass::bfloat16_t(__low2bfloat16(w));
-          dst(i + 1) = cutlass::bfloat16_t(__high2bfloat16(w));
-        }
-      }
-    }
-  }
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
@@ -167,7 +99,7 @@ struct TileAheadMainloop : Stock {
       }
       CUTLASS_PRAGMA_UNROLL
       for (int k_block = 0; k_block < K_BLOCK_MAX; ++k_block) {
-        dequantize_kblock(tCrA_load, dst, partitioned_extra_info, k_block);
+        Utils::dequantize_A_kblock(tCrA_load, dst, partitioned_extra_info, k_block);
       }
     };
     // All k-blocks of one stage's WGMMAs behind one fence, as one commit group.

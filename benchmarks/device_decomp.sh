@@ -9,6 +9,7 @@
 #   STAGE=ab: the plan's table (bench_fpaintb.py --no-bf16, MS) from an older tree and this one in one call:
 #     .oldtree/ (ignored: `git archive <commit> qgemm cutlass_gen templates benchmarks tests | tar -x -C .oldtree`)
 #     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well.
+#   STAGE=sweep env: TEST_K (the tests' -k), SHAPES (KxN ...), MS, MATCH (the sweep's label regex), MS_WIDE ("" skips the 1024 run).
 #   Carry [".whl", ".kcache"] (a cache built here with benchmarks/prebuild_sm90.py, or kcache_save's chunks).
 set -uo pipefail
 source benchmarks/device_env.sh
@@ -39,16 +40,16 @@ fi
 timeout 240 python3 benchmarks/prebuild_sm90.py --sweep f16:4 --sweep bf16:4 --sweep f16:8 \
   --match '^s90128x(16|32|64|128)k128(so)?ahsk0$' 2>&1 | tail -1
 timeout -s KILL ${TEST_TIMEOUT:-180} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -q -p no:cacheprovider \
-  -k "decomposition or stream_k_workspace" > "$OUT/pytest_decomp.log" 2>&1
+  -k "${TEST_K:-decomposition or stream_k_workspace}" > "$OUT/pytest_decomp.log" 2>&1
 echo "pytest rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^(FAILED|E )|passed|failed" "$OUT/pytest_decomp.log" | tail -20
-NK="--nk 14336x21504 --nk 4096x12288 --nk 4096x22016 --nk 11008x4096 --nk 8192x28672 --nk 28672x8192"
-NK="$NK --nk 4096x6144 --nk 4096x4096 --nk 4096x28672 --nk 14336x4096"
+SHAPES=${SHAPES:-14336x21504 4096x12288 4096x22016 11008x4096 8192x28672 28672x8192 4096x6144 4096x4096 4096x28672 14336x4096}
+NK=$(for s in $SHAPES; do printf -- "--nk %s " "$s"; done)
 M_ARGS=$(for m in ${MS:-16 32 64 128 256}; do printf -- "--m %s " "$m"; done)
 timeout -s KILL ${SWEEP_TIMEOUT:-330} python3 benchmarks/bench_fpaintb.py --sweep sm90 --sweep-decomposition --sweep-bits 4 \
-  --no-bf16 --sweep-match '^s90128x(16|32|64|128)k128soah(sk0|dp|skall)$' $NK $M_ARGS --json "$OUT/decomp.json" > "$OUT/decomp.log" 2>&1
+  --no-bf16 --sweep-match "${MATCH:-^s90128x(16|32|64|128)k128soah(sk0|dp|skall)\$}" $NK $M_ARGS --json "$OUT/decomp.json" > "$OUT/decomp.log" 2>&1
 echo "sweep rc=$? at $(( $(date +%s) - T0 )) s"
-if [ -n "${MS_WIDE:-1024}" ]; then
-  M_ARGS=$(for m in ${MS_WIDE:-1024}; do printf -- "--m %s " "$m"; done)
+if [ -n "${MS_WIDE-1024}" ]; then
+  M_ARGS=$(for m in ${MS_WIDE-1024}; do printf -- "--m %s " "$m"; done)
   timeout -s KILL ${WIDE_TIMEOUT:-120} python3 benchmarks/bench_fpaintb.py --sweep sm90 --sweep-decomposition --sweep-bits 4 \
     --no-bf16 --sweep-match '^s90128x128k128soah(sk0|dp|skall)$' $NK $M_ARGS --json "$OUT/decomp_wide.json" > "$OUT/decomp_wide.log" 2>&1
   echo "wide sweep rc=$? at $(( $(date +%s) - T0 )) s"

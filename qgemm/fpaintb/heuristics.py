@@ -259,6 +259,15 @@ RASTER_HEURISTIC = 0  # ext[2] of the Sm90 kernel: CUTLASS's raster heuristic
 DECOMPOSITION_HEURISTIC = 0  # CUTLASS's: whole tiles unless the last wave is less than half full
 DECOMPOSITION_DATA_PARALLEL = 1  # one CTA per output tile
 DECOMPOSITION_STREAM_K = 2  # every SM takes an equal share of all tiles' K iterations
+# The plans keep CUTLASS's heuristic. benchmarks/device_decomp.sh (H100, 2026-11-27, INT4 g128 scale-only,
+# the plan's 128-deep tile by M, the six shapes and Llama-3-8B's four, us) timed both forced modes against
+# it: forced stream-K was slower on geomean at every M (1.032x the heuristic's time at M = 16, 1.029x at 32,
+# 1.017x at 64, 1.014x at 128, 1.013x at 256, 1.088x at 1024) and more than 3% faster on only 3 of the 60
+# (shape, M) pairs (M = 256, 8192 x 28672: 202.2 against 230.8), with no pattern a rule could follow; even
+# where the whole tiles leave SMs idle it lost (M = 16, 4096 x 12288, 96 tiles on 132 SMs: 20.8 against 17.2,
+# the partial tiles' fix-up costing more than the idle SMs). Forced data-parallel was never faster by more
+# than 3% (1.10-1.27x slower on geomean up to M = 256: it drops the stream-K the heuristic takes for a
+# part-filled last wave). bench_fpaintb.py --sweep-decomposition times them.
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,25 @@ def test_heuristic_few_tiles_take_the_64_token_tile():
     assert pick(48, 1024)[0] == (128, 64) and pick(24, 1024)[0] == (128, 32)   # narrower tiles unchanged
 
 
+def test_heuristic_few_tiles_keep_the_128_token_tile_for_long_k():
+    """The few-tiles rule gives way where each split-K slice of the 128-token tile would still run
+    FPAINTB_SM90_FEW_TILES_SLICE_K (6144) or more of K: the sweep's 28672 x 8192 (2 slices of 14336) and
+    28672 x 4096 (4 of 7168) keep 128 x 128 at M = 80 and 128; 11008 x 8192 (5504 a slice) and
+    16384 x 4096 (4096) take 128 x 64."""
+    def pick(m, n, k):
+        c = heuristics.fpaintb_sm90_choice(m, n, k, 4, "f16", 132, zeros=False, group_size=128)
+        return c.spec.tile, c.splits
+    assert heuristics.FPAINTB_SM90_FEW_TILES_SLICE_K == 6144
+    assert pick(128, 8192, 28672) == pick(80, 8192, 28672) == ((128, 128), 2)
+    assert pick(128, 4096, 28672) == ((128, 128), 4)
+    assert pick(128, 7168, 16384) == ((128, 128), 2)
+    assert pick(128, 8192, 12288) == ((128, 128), 2)      # exactly 6144 a slice
+    assert pick(128, 8192, 12160) == ((128, 64), 0)
+    assert pick(128, 8192, 11008) == ((128, 64), 0)
+    assert pick(128, 4096, 16384) == ((128, 64), 2)
+    assert pick(200, 4096, 14336) == ((128, 128), 2)      # two token tiles: 64 tiles, 2 slices of 7168
+
+
 def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():
     """Explicit stream-K splits, sm_count // tiles capped at FPAINTB_SM90_MAX_SPLITS, only where the
     output tiles fill less than half the SMs (the sweep's 4 splits at 32 tiles, 2 at 64); otherwise 0,

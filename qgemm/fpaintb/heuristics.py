@@ -341,6 +341,19 @@ def fpaintb_sm90_splits(m: int, n: int, tile: tuple, sm_count: int) -> int:
 # The plan with this rule, same day: 4096 x 4096 18.8 / 21.6 us at M = 128 / 200 (cuBLAS FP16 15.4 / 18.0),
 # 11008 x 4096 31.4 / 44.7 (39.4 / 45.6), 4096 x 6144 21.9 at M = 128 (21.8).
 FPAINTB_SM90_FEW_TILES_TOKENS = 64
+# ... unless K is long: where each of the 128-token tile's split-K slices (the split rule's, below) still runs
+# FPAINTB_SM90_FEW_TILES_SLICE_K or more of K, the 128-token tile stays. The 64-token tile converts every
+# weight tile twice, once per token tile, and with long K that costs more than the slices' fix-up and the
+# idle SMs. benchmarks/device_decomp.sh (H100, 2026-11-27, INT4 g128 scale-only, us, the plan's 128 x 64 /
+# 128 x 128 with the split rule's slices, M = 80 and 128; K x N, and K per slice of the 128-token tile):
+#   K per slice >= 7168: 28672 x 8192 111.8 / 98.1, 114.6 / 105.2; 28672 x 4096 (4 slices) 63.8 / 57.7,
+#     63.8 / 60.3; 16384 x 7168 64.8 / 57.9, 65.3 / 63.3; 20480 x 8192 79.0 / 74.3, 83.0 / 80.6;
+#     24576 x 6144 93.2 / 78.3, 93.5 / 84.9; 14336 x 8192 57.8 / 54.2, 59.5 / 57.6; 18432 x 7168
+#     74.8 / 63.2, 72.3 / 69.9;
+#   K per slice 5504 (a tie): 11008 x 8192 47.0 / 45.6, 47.3 / 48.6;
+#   K per slice <= 4096: 8192 x 8192 36.9 / 39.1, 37.0 / 40.1; 16384 x 4096 41.0 / 42.5, 41.9 / 44.0;
+#     11008 x 4096 31.1 / 35.1, 31.0 / 36.8; 4096 x 8192 22.3 / 26.4, 22.2 / 26.2; and the shapes above.
+FPAINTB_SM90_FEW_TILES_SLICE_K = 6144
 
 
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
@@ -349,10 +362,12 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile.
     Where K and the group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer
     loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones. A 128-token tile whose
-    tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS)."""
+    tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS) unless
+    its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
-    if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:
+    if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count and \
+            k < FPAINTB_SM90_FEW_TILES_SLICE_K * max(1, fpaintb_sm90_splits(m, n, tile, sm_count)):
         tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)

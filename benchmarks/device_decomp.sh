@@ -9,6 +9,8 @@
 #   STAGE=ab: the plan's table (bench_fpaintb.py --no-bf16, MS) from an older tree and this one in one call:
 #     .oldtree/ (ignored: `git archive <commit> qgemm cutlass_gen templates benchmarks tests | tar -x -C .oldtree`)
 #     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well.
+#   STAGE=ncu: ncu of the plan's FP16 and BF16 kernels at NCU_M (256) rows of NCU_NK (28672x8192), the
+#     instruction statistics included (the BF16 kernel's gap to the FP16 one).
 #   STAGE=sweep env: TEST_K (the tests' -k), SHAPES (KxN ...), MS, MATCH (the sweep's label regex), MS_WIDE ("" skips the 1024 run).
 #   Carry [".whl", ".kcache"] (a cache built here with benchmarks/prebuild_sm90.py, or kcache_save's chunks).
 set -uo pipefail
@@ -25,6 +27,17 @@ if [ "${STAGE:-sweep}" = ab ]; then
       timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py --no-bf16 $M_ARGS --json "$OUT/ab_$run.json"
     fi > "$OUT/ab_$run.log" 2>&1
     echo "$run rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^M=" "$OUT/ab_$run.log"
+  done
+  exit 0
+fi
+if [ "${STAGE:-sweep}" = ncu ]; then  # the plan's FP16 and BF16 kernels beside each other (NCU_M, NCU_NK)
+  for act in f16 bf16; do
+    flag=$([ $act = bf16 ] && echo --bf16)
+    timeout -s KILL 100 ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
+      --section WarpStateStats --section InstructionStats -k regex:"qgemm_fpaintb" --launch-skip 1 -c 1 \
+      python3 benchmarks/diag_fpaintb_sm90.py --m ${NCU_M:-256} --nk ${NCU_NK:-28672x8192} $flag > "$OUT/ncu_$act.txt" 2>&1
+    echo "ncu $act rc=$?"
+    grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Executed Ipc A|Warp Cycles Per Issued|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu_$act.txt" | head -14
   done
   exit 0
 fi

@@ -200,7 +200,10 @@ def fpaintb_choice(m: int, n: int, k: int, bits: int, act: str, arch: int, sm_co
 #   * group size 32 (below the kernel's 64-deep K tile; the collective reads one scale row per K
 #     tile) stays on the Sm80 kernels.
 # The persistent 128 x 128 kernel ran 4-7% faster than the stream-K one at M = 2048; it stays in the
-# sweep list, out of the catalog (each Sm90 kernel adds one to two minutes to CI's build).
+# sweep list, out of the catalog (each Sm90 kernel adds one to two minutes to CI's build). With qgemm's loop
+# on 128-deep K tiles it did not win (benchmarks/device_decomp.sh, H100, 2026-11-27, the six shapes and
+# Llama-3-8B's four, persistent / stream-K time): geomean 1.014 at M = 1024 (0.96-1.10), 0.997 at 2048
+# (0.95-1.04).
 # Scale-only kernels (FpAIntBSm90Spec zeros=False) for weights whose zero' is 0 everywhere (symmetric):
 # same tiles, no zero' operand. benchmarks/device_scaleonly.sh, H100 2026-11-27, the six shapes, INT4 g128
 # FP16, the plan's tile with and without zeros in one run (sk0): geomean speed-up 1.078x at M = 32

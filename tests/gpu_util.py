@@ -42,6 +42,19 @@ def capture_graph(fn, static_x: torch.Tensor):
     return graph, static_y
 
 
+def assert_graph_replays(call, out: torch.Tensor, expected: torch.Tensor, replays: int = 3):
+    """call(out), writing into `out`, captured in a CUDA graph and replayed `replays` times with `out`
+    poisoned (NaN) before each: every replay must give exactly `expected`."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(out)
+    for _ in range(replays):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+
+
 def on_two_streams(fn, a: torch.Tensor, b: torch.Tensor):
     """(fn(a), fn(b)), issued on two new streams one after the other without waiting in between, so
     that the two calls may overlap on the GPU."""

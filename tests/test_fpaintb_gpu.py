@@ -30,7 +30,7 @@ from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
-from gpu_util import check_dependent_chain, randn, rel_err
+from gpu_util import assert_graph_replays, check_dependent_chain, randn, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
@@ -375,15 +375,7 @@ def test_stream_k_is_deterministic_and_graph_safe():
     assert rel_err(first, reference(x, weight)) < BOUND[torch.float16]
     for _ in range(20):
         assert torch.equal(run(plan, x, choice), first)
-    out = torch.full_like(first, float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        plan(x, out, choice=choice)
-    for _ in range(5):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first)
+    assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first, replays=5)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         y = plan(x, choice=choice)

@@ -32,7 +32,7 @@ from qgemm import wq_format
 from qgemm.fpaintb import heuristics
 from qgemm.fpaintb import IntBWeight
 
-from gpu_util import poison_allocator, randn, rel_err
+from gpu_util import assert_graph_replays, poison_allocator, randn, rel_err
 from test_fpaintb_gpu import BOUND, random_weight, reference
 
 pytestmark = [
@@ -239,15 +239,7 @@ def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros, mainloop)
     assert rel_err(first, reference(x, weight, plan.bias, "silu")) < BOUND[torch.float16]
     for _ in range(5):
         assert torch.equal(run(plan, x, choice), first)
-    out = torch.full_like(first, float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        plan(x, out, choice=choice)
-    for _ in range(3):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first)
+    assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first, replays=3)
     x2 = randn(m, k, dtype=torch.float16, seed=6)
     second = run(plan, x2, choice)
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -322,15 +314,7 @@ def test_forced_decompositions(m, tile, zeros, dtype, decomposition):
         assert rel_err(out, ref) < BOUND[dtype], (m, tile, decomposition)
         first = out if first is None else first
         assert torch.equal(out, first)
-    out = torch.full_like(first, float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        plan(x, out, choice=choice)
-    for _ in range(2):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first)
+    assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first, replays=2)
 
 
 CLUSTER_CASES = [(torch.float16, 4), (torch.bfloat16, 8)]

@@ -24,12 +24,14 @@ qgemm BF16.
 counts, for INT4 and INT8 (FP16 activations): the data heuristics.FPAINTB_SM90_* are set from;
 --sweep-match keeps the Sm90 kernels whose label matches; --sweep-knobs adds raster orders and swizzles,
 --sweep-dequant dequantize + cuBLAS, --sweep-decomposition forced data-parallel (label ...dp) and
-forced stream-K (...skall) beside CUTLASS's heuristic decomposition (sk0). Each row's swept times print on the line after it.
+forced stream-K (...skall) beside CUTLASS's heuristic decomposition (sk0). Each row's swept times print
+on the line after it.
 --sweep sm80 times the tiled GEMM's shapes and split-K counts, the small-M kernel and the dequantize path
 (the table heuristics.fpaintb_choice was set from). Kernel labels:
 s90<tile>[k128][pp][c<cluster>][so][ah][sk<splits>][r<raster>w<swizzle>] Sm90 kernel (k128 128-deep K tiles,
 pp ping-pong, c2x1 a cluster of 2 along the weight rows, so scale-only (symmetric weights), ah qgemm's
-consumer loop, sk stream-K (dp / skall: forced data-parallel / stream-K), r1/r2 raster along M/N and w the max swizzle: --sweep-knobs),
+consumer loop, sk stream-K (dp / skall: forced data-parallel / stream-K), r1/r2 raster along M/N and w
+the max swizzle: --sweep-knobs),
 g<tile>s<stages>c<CTAs per SM> tiled GEMM, m<rows>n<cols>wk<warps>... small-M kernel (...s: its decode
 variant, FpAIntBGemvSpec stream=True), dequant+cuBLAS.
 --decode (M = 1, 4, 16 unless --m): the decode table of issue 16 instead: per shape and M, INT4 group 128
@@ -111,7 +113,7 @@ def sm90_sweep_choices(bits: int, match: str | None = None, knobs: bool = False,
     with match, only those whose label the regular expression matches. knobs: each matched kernel
     without a split also with every raster order along M or N and swizzle (SM90_KNOBS: run-time
     arguments, no other build). decompositions: stream-K kernels also forced data-parallel and forced
-    stream-K (SM90_DECOMPOSITIONS; labels ending dp and sk after the sk0)."""
+    stream-K (SM90_DECOMPOSITIONS; labels ending dp and skall instead of sk0)."""
     choices = []
     for spec in fpaintb_sm90_specs("f16", bits, sweep=True):
         splits = SM90_SPLITS if spec.scheduler == "streamk" else (0,)
@@ -331,7 +333,7 @@ def main():
                     help="--sweep sm90: also each matched kernel without a split under every raster order and swizzle")
     ap.add_argument("--sweep-dequant", action="store_true", help="--sweep sm90: also dequantize + cuBLAS")
     ap.add_argument("--sweep-decomposition", action="store_true",
-                    help="--sweep sm90: also each stream-K kernel forced data-parallel (dp) and forced stream-K (sk)")
+                    help="--sweep sm90: also each stream-K kernel forced data-parallel (dp) and forced stream-K (skall)")
     ap.add_argument("--quick", action="store_true", help="first shape only")
     ap.add_argument("--nk", action="append", metavar="KxN", help="only these (K, N) shapes, e.g. 4096x12288")
     ap.add_argument("--m", action="append", type=int, help="only these M")

@@ -54,8 +54,9 @@ def label(choice) -> str:
         tm, tn = spec.tile
         pp = "pp" if spec.schedule == "pingpong" else ""
         # stream-K kernels: sk<slices> (0: CUTLASS's decomposition), dp forced data-parallel, skall forced stream-K
-        decomposition = getattr(choice, "decomposition", 0)
-        sk = ({1: "dp", 2: "skall"}.get(decomposition) or f"sk{choice.splits}") if spec.scheduler == "streamk" else ""
+        sk = ""
+        if spec.scheduler == "streamk":
+            sk = {1: "dp", 2: "skall"}.get(choice.decomposition, f"sk{choice.splits}")
         cluster = f"c{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
         so = "" if spec.zeros else "so"
         kt = "" if spec.tile_k == 64 else f"k{spec.tile_k}"

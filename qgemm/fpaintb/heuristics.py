@@ -275,7 +275,7 @@ DECOMPOSITION_STREAM_K = 2  # every SM takes an equal share of all tiles' K iter
 
 @dataclass(frozen=True)
 class FpAIntBSm90Choice:
-    """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..4]):
+    """A Sm90 FpA x IntB kernel plus its run-time scheduling knobs (QgemmProblem ext[2..5]):
     raster order (0 CUTLASS's heuristic, 1 along M, 2 along N of the kernel's own M, N), max swizzle (1, 2, 4, 8) and, for stream-K kernels, split-K slices
     (0: none) or else the decomposition (ext[5]: DECOMPOSITION_HEURISTIC, _DATA_PARALLEL or _STREAM_K)."""
 
@@ -369,9 +369,10 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
-    if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count and \
-            k < FPAINTB_SM90_FEW_TILES_SLICE_K * max(1, fpaintb_sm90_splits(m, n, tile, sm_count)):
-        tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
+    if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:
+        # few tiles (the split rule slices these 2 to 4 ways): the 64-token tile, unless K is long
+        if k < FPAINTB_SM90_FEW_TILES_SLICE_K * fpaintb_sm90_splits(m, n, tile, sm_count):
+            tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)
     if not spec.supports(k, group_size or k):

@@ -598,11 +598,12 @@ def test_benchmark_scripts_on_fakes(script, call, fake_gpu_stack, monkeypatch, t
 
 def test_kernel_labels_of_real_catalog_specs():
     """The tables name each row's kernel; the labels read the real specs' fields. (Choices as
-    namespaces: the labels read only spec, splits, ctas_per_sm, raster and swizzle.)"""
+    namespaces: the labels read only spec, splits, decomposition, ctas_per_sm, raster and swizzle.)"""
     from cutlass_gen.catalog import catalog
 
     def choice(spec, **kw):
-        return types.SimpleNamespace(spec=spec, **{"splits": 2, "ctas_per_sm": 2, "raster": 0, "swizzle": 1, **kw})
+        return types.SimpleNamespace(spec=spec, **{"splits": 2, "decomposition": 0, "ctas_per_sm": 2, "raster": 0,
+                                                          "swizzle": 1, **kw})
 
     fpaintb, conv, fp8 = bench.family("fpaintb"), bench.family("conv"), bench.family("fp8")
     assert fpaintb.label(choice(catalog(90, "fpaintb_gemm_sm90")[0])).startswith("s90")

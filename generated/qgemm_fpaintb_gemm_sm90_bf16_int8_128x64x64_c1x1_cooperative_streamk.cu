@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_bf16_int8_128x64x64_c1x1_cooperative_streamk
-// spec:   FpAIntBSm90Spec(act='bf16', bits=8, tile=(128, 64), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=64, mainloop='cutlass', arch=90)
+// spec:   FpAIntBSm90Spec(act='bf16', bits=8, tile=(128, 64), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=64, mainloop='cutlass', ctas_per_sm=1, arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::bfloat16_t activations x int8 weights, FP32 accumulation.
@@ -232,4 +232,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_bf16_int8_128x64x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":90,\"bits\":8,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"cutlass\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,64],\"tile_k\":64,\"zeros\":true}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_bf16_int8_128x64x64_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"act\":\"bf16\",\"arch\":90,\"bits\":8,\"cluster\":[1,1],\"ctas_per_sm\":1,\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"cutlass\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,64],\"tile_k\":64,\"zeros\":true}")

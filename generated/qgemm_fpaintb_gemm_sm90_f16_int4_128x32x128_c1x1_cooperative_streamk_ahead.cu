@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemm_sm90_f16_int4_128x32x128_c1x1_cooperative_streamk_ahead
-// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 32), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=128, mainloop='ahead', arch=90)
+// spec:   FpAIntBSm90Spec(act='f16', bits=4, tile=(128, 32), schedule='cooperative', scheduler='streamk', cluster=(1, 1), zeros=True, tile_k=128, mainloop='ahead', ctas_per_sm=1, arch=90)
 
 // FpA x IntB GEMM on Sm90: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale group-wise
 // along K, cutlass::half_t activations x int4 weights, FP32 accumulation.
@@ -233,4 +233,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x32x128_c1x1_cooperative_streamk_ahead, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"ahead\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,32],\"tile_k\":128,\"zeros\":true}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemm_sm90_f16_int4_128x32x128_c1x1_cooperative_streamk_ahead, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":90,\"bits\":4,\"cluster\":[1,1],\"ctas_per_sm\":1,\"family\":\"fpaintb_gemm_sm90\",\"mainloop\":\"ahead\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"tile\":[128,32],\"tile_k\":128,\"zeros\":true}")

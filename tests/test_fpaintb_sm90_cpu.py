@@ -44,6 +44,10 @@ FAMILY = FpAIntBSm90Spec.family
     (dict(cluster=(1, 2)), "cluster must be one of ((1, 1), (2, 1), (4, 1))"),
     (dict(tile_k=96), "tile_k must be one of (64, 128)"),
     (dict(mainloop="pipelined"), "mainloop must be one of ('cutlass', 'ahead'), got 'pipelined'"),
+    (dict(ctas_per_sm=3), "ctas_per_sm must be 1 or 2, got 3"),
+    (dict(tile=(128, 64), ctas_per_sm=2), "at most 32 tokens per tile"),
+    (dict(tile=(64, 16), schedule="pingpong", ctas_per_sm=2), "ctas_per_sm 2 takes the cooperative schedule"),
+    (dict(tile=(128, 16), cluster=(2, 1), ctas_per_sm=2), "without a cluster"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(act="f16", bits=4, tile=(128, 128))
@@ -86,6 +90,29 @@ def test_ahead_mainloop_spec():
     assert "using CollectiveMainloop = qgemm::fpaintb::TileAheadMainloop<StockMainloop>;" in render(spec).source
     stock = render(FpAIntBSm90Spec("f16", 4, (128, 128), "cooperative", "streamk")).source
     assert "using CollectiveMainloop = StockMainloop;" in stock and "TileAheadMainloop<" not in stock
+
+
+def test_two_ctas_per_sm_spec():
+    """ctas_per_sm=2: named, built alone (its setmaxnreg specializations would change every kernel of a
+    bundle), rendered with the register split, launch bounds, stage carveout and grid for two CTAs; a
+    one-CTA kernel renders none of them."""
+    spec = FpAIntBSm90Spec("f16", 4, (128, 16), "cooperative", "streamk", zeros=False, tile_k=128,
+                           mainloop="ahead", ctas_per_sm=2)
+    assert spec.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x16x128_c1x1_cooperative_streamk_scaleonly_ahead_2cta"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec and not spec.bundles
+    pieces = ("template <> CUTLASS_DEVICE void warpgroup_reg_alloc<232>() { asm volatile(\"setmaxnreg.inc.sync.aligned.u32 104;",
+              "template <> CUTLASS_DEVICE void warpgroup_reg_dealloc<40>() { asm volatile(\"setmaxnreg.dec.sync.aligned.u32 24;",
+              "static int const kMinBlocksPerSm = 2;", "SharedStorage)) + 117 * 1024>",
+              "args.hw_info.sm_count = p.sm_count * kMinBlocksPerSm;")
+    src = render(spec).source
+    for piece in pieces:
+        assert piece in src, piece
+    one = FpAIntBSm90Spec("f16", 4, (128, 16), "cooperative", "streamk", zeros=False, tile_k=128, mainloop="ahead")
+    assert one.bundles
+    src = render(one).source
+    assert "args.hw_info.sm_count = p.sm_count;" in src and "sm90_mainloop.hpp\"\n\n// A named namespace" in src
+    for piece in pieces:
+        assert piece not in src, piece
 
 
 def test_scale_only_spec():

@@ -257,7 +257,17 @@ class FpAIntBSm90Spec(KernelSpec):
     # keep up to 7 WGMMAs in flight (CUTLASS's K_WAIT_MAX), for group sizes that are multiples of 128.
     tile_k: int = 64
     mainloop: str = "cutlass"
+    # Threadblocks resident on one SM. 2 doubles the warps each scheduler can issue from, for the narrow
+    # token tiles whose consumer loop waits on fixed-latency dependencies (ncu at M = 16: 0.59 issued
+    # instructions per scheduler cycle with one CTA). It caps the CTA at 80 launch registers per thread
+    # (24 for the producer warp group and 104 for each consumer after setmaxnreg, instead of CUTLASS's
+    # 40 / 232) and at half the SM's shared memory, and the persistent grid holds two CTAs per SM.
+    ctas_per_sm: int = 1
     arch: int = 90
+
+    # Widest token tile under 104 consumer registers: a 64 x 32 warp-group tile holds 16 FP32
+    # accumulators per thread beside a 128-deep K tile's converted weight fragments.
+    CTAS_PER_SM_MAX_TILE_N: ClassVar[int] = 32
 
     def __post_init__(self):
         self._as_ints("tile", "cluster")
@@ -287,6 +297,19 @@ class FpAIntBSm90Spec(KernelSpec):
             raise ValueError(f"tile N must be at most 128 with the pingpong schedule (registers), got {tile[1]}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
+        if self.ctas_per_sm not in (1, 2):
+            raise ValueError(f"ctas_per_sm must be 1 or 2, got {self.ctas_per_sm!r}")
+        if self.ctas_per_sm == 2 and (self.schedule != "cooperative" or self.cluster != (1, 1)
+                                      or tile[1] > self.CTAS_PER_SM_MAX_TILE_N):
+            raise ValueError(f"ctas_per_sm 2 takes the cooperative schedule without a cluster and at most "
+                             f"{self.CTAS_PER_SM_MAX_TILE_N} tokens per tile (104 registers per consumer thread), "
+                             f"got {self.schedule}, cluster {self.cluster}, tile {tile}")
+
+    @property
+    def bundles(self) -> bool:
+        """A two-CTA kernel changes the register split of every cooperative kernel in its translation
+        unit (the setmaxnreg specializations in the template), so it is built alone."""
+        return self.ctas_per_sm == 1
 
     @property
     def act_ctype(self) -> str:
@@ -314,7 +337,8 @@ class FpAIntBSm90Spec(KernelSpec):
         cm, cn = self.cluster
         return (f"qgemm_fpaintb_gemm_sm90_{self.act}_int{self.bits}_{tm}x{tn}x{self.tile_k}_c{cm}x{cn}"
                 f"_{self.schedule}_{self.scheduler}{'' if self.zeros else '_scaleonly'}"
-                f"{'' if self.mainloop == 'cutlass' else '_' + self.mainloop}")
+                f"{'' if self.mainloop == 'cutlass' else '_' + self.mainloop}"
+                f"{'' if self.ctas_per_sm == 1 else f'_{self.ctas_per_sm}cta'}")
 
 
 # --- catalog ---------------------------------------------------------------------------------
@@ -463,6 +487,10 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     # 4096 x 12288) and up to 27% slower elsewhere (58.3 against 45.7, 11008 x 4096). Neither adopted.
     dict(tile=(128, 256), scheduler="streamk", zeros=False, mainloop="ahead"),
     dict(tile=(128, 128), scheduler="persistent", zeros=False, tile_k=128, mainloop="ahead"),
+    # Two CTAs per SM (FpAIntBSm90Spec.ctas_per_sm) on the 16- and 32-token tiles under qgemm's loop.
+    dict(tile=(128, 16), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead", ctas_per_sm=2),
+    dict(tile=(128, 16), scheduler="streamk", zeros=True, tile_k=128, mainloop="ahead", ctas_per_sm=2),
+    dict(tile=(128, 32), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead", ctas_per_sm=2),
 ]
 
 

@@ -61,6 +61,7 @@ def label(choice) -> str:
         so = "" if spec.zeros else "so"
         kt = "" if spec.tile_k == 64 else f"k{spec.tile_k}"
         ahead = "ah" if spec.mainloop == "ahead" else ""
+        ahead += f"{spec.ctas_per_sm}cta" if spec.ctas_per_sm != 1 else ""  # CTAs resident per SM
         # run-time raster order and swizzle, where not CUTLASS's heuristic and 1
         knobs = f"r{choice.raster}w{choice.swizzle}" if (choice.raster, choice.swizzle) != (0, 1) else ""
         return f"s90{tm}x{tn}{kt}{pp}{cluster}{so}{ahead}{sk}{knobs}"

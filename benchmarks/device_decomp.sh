@@ -11,7 +11,9 @@
 #     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well.
 #   STAGE=ncu: ncu of the plan's FP16 and BF16 kernels at NCU_M (256) rows of NCU_NK (28672x8192), the
 #     instruction statistics included (the BF16 kernel's gap to the FP16 one).
-#   STAGE=sweep env: TEST_K (the tests' -k), SHAPES (KxN ...), MS, MATCH (the sweep's label regex), MS_WIDE ("" skips the 1024 run).
+#   STAGE=sweep env: TEST_K (the tests' -k), SHAPES (KxN ...), MS, MATCH (the sweep's label regex), MS_WIDE ("" skips the 1024 run),
+#     SWEEP_TYPES (ACT:BITS the prebuild takes, default "f16:4 bf16:4 f16:8") and PREBUILD_MATCH (its label regex).
+#   NCU_ARGS: extra arguments of diag_fpaintb_sm90.py under STAGE=ncu (e.g. "--ctas-per-sm 2"), NCU_ACTS (default "f16 bf16").
 #   Carry [".whl", ".kcache"] (a cache built here with benchmarks/prebuild_sm90.py, or kcache_save's chunks).
 set -uo pipefail
 source benchmarks/device_env.sh
@@ -31,13 +33,13 @@ if [ "${STAGE:-sweep}" = ab ]; then
   exit 0
 fi
 if [ "${STAGE:-sweep}" = ncu ]; then  # the plan's FP16 and BF16 kernels beside each other (NCU_M, NCU_NK)
-  for act in f16 bf16; do
+  for act in ${NCU_ACTS:-f16 bf16}; do
     flag=$([ $act = bf16 ] && echo --bf16)
     timeout -s KILL 100 ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
       --section WarpStateStats --section InstructionStats -k regex:"qgemm_fpaintb" --launch-skip 1 -c 1 \
-      python3 benchmarks/diag_fpaintb_sm90.py --m ${NCU_M:-256} --nk ${NCU_NK:-28672x8192} $flag > "$OUT/ncu_$act.txt" 2>&1
+      python3 benchmarks/diag_fpaintb_sm90.py --m ${NCU_M:-256} --nk ${NCU_NK:-28672x8192} $flag ${NCU_ARGS:-} > "$OUT/ncu_$act${NCU_TAG:-}.txt" 2>&1
     echo "ncu $act rc=$?"
-    grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Executed Ipc A|Warp Cycles Per Issued|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu_$act.txt" | head -14
+    grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Executed Ipc A|Warp Cycles Per Issued|Registers Per|Compute \(SM\) Throughput|Active Warps Per|DRAM Throughput|Memory Throughput" "$OUT/ncu_$act${NCU_TAG:-}.txt" | head -18
   done
   exit 0
 fi
@@ -50,8 +52,8 @@ if [ "${STAGE:-sweep}" = bench ]; then
   exit 0
 fi
 # the kernels the tests, the sweep and the plans' INT4 / INT8 rows run (the plan's 128-deep tiles)
-timeout 240 python3 benchmarks/prebuild_sm90.py --sweep f16:4 --sweep bf16:4 --sweep f16:8 \
-  --match '^s90128x(16|32|64|128)k128(so)?ahsk0$' 2>&1 | tail -1
+timeout 240 python3 benchmarks/prebuild_sm90.py $(for t in ${SWEEP_TYPES:-f16:4 bf16:4 f16:8}; do printf -- "--sweep %s " $t; done) \
+  --match "${PREBUILD_MATCH:-^s90128x(16|32|64|128)k128(so)?ahsk0\$}" 2>&1 | tail -1
 timeout -s KILL ${TEST_TIMEOUT:-180} python3 -m pytest -m gpu tests/test_fpaintb_sm90_gpu.py -q -p no:cacheprovider \
   -k "${TEST_K:-decomposition or stream_k_workspace}" > "$OUT/pytest_decomp.log" 2>&1
 echo "pytest rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^(FAILED|E )|passed|failed" "$OUT/pytest_decomp.log" | tail -20

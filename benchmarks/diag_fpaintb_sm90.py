@@ -24,6 +24,8 @@ def main(argv=None):
     ap.add_argument("--bf16", action="store_true", help="BF16 activations (and cuBLAS BF16) instead of FP16")
     ap.add_argument("--cutlass-loop", action="store_true",
                     help="the plan's tile with CUTLASS's consumer loop on 64-deep K tiles (the kernel before qgemm's loop)")
+    ap.add_argument("--ctas-per-sm", type=int, default=None,
+                    help="the plan's kernel with this many CTAs per SM (FpAIntBSm90Spec.ctas_per_sm; a sweep kernel)")
     args = ap.parse_args(argv)
     k, n = (int(v) for v in args.nk.split("x"))
     g = torch.Generator().manual_seed(0)
@@ -38,6 +40,8 @@ def main(argv=None):
     choice = plan.choice(args.m)
     if args.cutlass_loop:
         choice = dataclasses.replace(choice, spec=dataclasses.replace(choice.spec, mainloop="cutlass", tile_k=64))
+    if args.ctas_per_sm:
+        choice = dataclasses.replace(choice, spec=dataclasses.replace(choice.spec, ctas_per_sm=args.ctas_per_sm))
     print(f"M={args.m} K={k} N={n}: {choice}", flush=True)
     for _ in range(2):
         plan(x, choice=choice)

@@ -8,7 +8,8 @@
 #     then STAGE=bench benchmarks/device_narrow.sh (the plan's table, MS, and the model unless MODEL=0).
 #   STAGE=ab: the plan's table (bench_fpaintb.py --no-bf16, MS) from an older tree and this one in one call:
 #     .oldtree/ (ignored: `git archive <commit> qgemm cutlass_gen templates benchmarks tests | tar -x -C .oldtree`)
-#     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well.
+#     with its kernel cache's chunks in .kcache_old/, then this tree; carry both as well. AB_ARGS: the bench's
+#     other arguments (default --no-bf16; "" adds the BF16 column).
 #   STAGE=ncu: ncu of the plan's FP16 and BF16 kernels at NCU_M (256) rows of NCU_NK (28672x8192), the
 #     instruction statistics included (the BF16 kernel's gap to the FP16 one).
 #   STAGE=sweep env: TEST_K (the tests' -k), SHAPES (KxN ...), MS, MATCH (the sweep's label regex), MS_WIDE ("" skips the 1024 run),
@@ -24,9 +25,9 @@ if [ "${STAGE:-sweep}" = ab ]; then
   for run in $(for i in $(seq ${AB_ROUNDS:-1}); do echo old$i new$i; done); do
     if [ ${run:0:3} = old ]; then
       (cd .oldtree && QGEMM_CACHE_DIR=/tmp/oldcache/.qgemm-cache PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks \
-        timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py --no-bf16 $M_ARGS --json "$OUT/ab_$run.json")
+        timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py ${AB_ARGS---no-bf16} $M_ARGS --json "$OUT/ab_$run.json")
     else
-      timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py --no-bf16 $M_ARGS --json "$OUT/ab_$run.json"
+      timeout -s KILL ${AB_TIMEOUT:-150} python3 benchmarks/bench_fpaintb.py ${AB_ARGS---no-bf16} $M_ARGS --json "$OUT/ab_$run.json"
     fi > "$OUT/ab_$run.log" 2>&1
     echo "$run rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^M=" "$OUT/ab_$run.log"
   done

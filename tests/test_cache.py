@@ -335,9 +335,11 @@ def test_plan_bundles_groups_one_template_up_to_four_and_only_as_needed():
         for g in groups:
             assert len({s.template for s in g}) == 1 and (len(g) == 1 or all(s.bundles for s in g))
         assert [Alone("f16")] in groups
-    # Two jobs (CI): the 195 kernels of sm90 in 51 compiles, the CUTLASS 3.x sm90 kernels' first.
+    # Two jobs (CI): the 203 kernels of sm90 in 59 compiles (the 8 two-CTA FpA x IntB kernels alone), the
+    # CUTLASS 3.x sm90 kernels' first.
     groups = plan_bundles(catalog(90), 2)
-    assert len(groups) == 51 and [len(g) for g in groups[:23]] == [4] * 23
+    assert len(groups) == 59 and [len(g) for g in groups[:23]] == [4] * 23
+    assert sum(not g[0].bundles for g in groups) == 8
     assert {g[0].template for g in groups[:23]} == {"conv2d_int8_sm90.cu.j2", "fp8_blockwise_gemm.cu.j2",
                                                     "fpaintb_gemm_sm90.cu.j2", "w8a8_gemm_sm90.cu.j2"}
     arch = [g[0].arch for g in groups]
@@ -359,10 +361,12 @@ def test_render_bundle_renames_each_kernels_namespace():
 
 
 def test_every_template_bundles():
-    """Every family's template keeps its kernel in the namespace a bundle renames."""
+    """Every family's template keeps its kernel in the namespace a bundle renames. Only the two-CTA FpA x IntB
+    kernels are built alone (their register split would change every kernel of a bundle)."""
     for sm in (75, 80, 90):
         for spec in catalog(sm):
-            assert spec.bundles and "namespace qgemm_kernel {" in render(spec).source, spec.name
+            assert spec.bundles or getattr(spec, "ctas_per_sm", 1) == 2, spec.name
+            assert "namespace qgemm_kernel {" in render(spec).source, spec.name
 
 
 def test_a_bundle_compiles_once_and_publishes_each_kernel(tmp_cache, fake_nvcc):

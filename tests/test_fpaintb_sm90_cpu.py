@@ -158,9 +158,11 @@ def test_catalog_is_small_and_sm90_only():
     specs = catalog(90, FAMILY)
     # Three tiles, each with zeros and scale-only, on 64-deep K tiles with CUTLASS's loop and on 128-deep
     # ones with qgemm's, and the 16-token tile only on 128-deep ones, per activation type and width; each
-    # kernel costs a minute or more of CI build time.
-    assert len(specs) <= 56
+    # kernel costs a minute or more of CI build time. The 16-token tile also with two CTAs per SM.
+    assert len(specs) <= 64
     assert {s.tile_k for s in specs if s.tile == (128, 16)} == {128}
+    assert {s.tile for s in specs if s.ctas_per_sm == 2} == {(128, 16)}
+    assert sum(s.ctas_per_sm == 2 for s in specs) == 8 and not any(s.bundles for s in specs if s.ctas_per_sm == 2)
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
     assert sum(not s.zeros for s in specs) == len(specs) // 2
     assert {(s.tile_k, s.mainloop) for s in specs} == {(64, "cutlass"), (128, "ahead")}
@@ -243,6 +245,24 @@ def test_heuristic_few_tiles_keep_the_128_token_tile_for_long_k():
     assert pick(128, 8192, 11008) == ((128, 64), 0)
     assert pick(128, 4096, 16384) == ((128, 64), 2)
     assert pick(200, 4096, 14336) == ((128, 128), 2)      # two token tiles: 64 tiles, 2 slices of 7168
+
+
+def test_heuristic_two_ctas_per_sm_for_many_16_token_tiles_and_short_k():
+    """The 16-token tile runs two CTAs per SM where its 128-row tiles outnumber the SMs and K is at most
+    FPAINTB_SM90_TWO_CTAS_MAX_K (8192): the sweep's 4096 x 22016 (172 tiles), 8192 x 28672 and 4096 x 28672
+    (224) at 9-16 rows; not 14336 x 21504 (K too long), 4096 x 12288 (96 tiles), nor at 17 rows."""
+    def ctas(m, n, k, sm_count=132, zeros=False):
+        c = heuristics.fpaintb_sm90_choice(m, n, k, 4, "f16", sm_count, zeros=zeros, group_size=128)
+        return c.spec.ctas_per_sm, c.spec.tile, c.splits
+    assert heuristics.FPAINTB_SM90_TWO_CTAS_MAX_K == 8192
+    for m in (heuristics.FPAINTB_SM90_MIN_M, 12, heuristics.FPAINTB_SM90_NARROW_MAX_M):
+        assert ctas(m, 22016, 4096) == ctas(m, 28672, 8192) == ctas(m, 28672, 4096) == (2, (128, 16), 0)
+        assert ctas(m, 28672, 4096, zeros=True) == (2, (128, 16), 0)
+    assert ctas(16, 21504, 14336)[0] == ctas(16, 12288, 4096)[0] == ctas(16, 8192, 28672)[0] == 1
+    assert ctas(16, 28672, 8320)[0] == 1                      # K past 8192
+    assert ctas(16, 132 * 128, 4096)[0] == 1 and ctas(16, 133 * 128, 4096)[0] == 2   # tiles = SMs, one more
+    assert ctas(16, 28672, 4096, sm_count=224)[0] == 1        # a larger GPU
+    assert ctas(17, 28672, 4096)[:2] == (1, (128, 32))
 
 
 def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():

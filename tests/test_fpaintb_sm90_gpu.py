@@ -253,50 +253,45 @@ def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros, mainloop)
     assert torch.equal(outs[0], first) and torch.equal(outs[1], second)
 
 
-def two_cta_specs():
-    """The sweep list's two-CTA kernels (FpAIntBSm90Spec.ctas_per_sm 2; FP16 INT4 on 16- and 32-token tiles)."""
-    specs = [s for s in fpaintb_sm90_specs("f16", 4, sweep=True) if s.ctas_per_sm == 2]
-    assert len(specs) >= 2
-    return specs
-
-
-@pytest.mark.parametrize("zeros", (True, False))
-def test_two_ctas_per_sm(zeros):
-    """Two CTAs per SM (setmaxnreg 24 / 104, a persistent grid of two CTAs per SM, half the shared memory)
-    against the float64 reference: 1000 rows (8 weight tiles, the last partial) and 4096 x 12288, M from
-    1 to the token tile (odd ones included), group 128, bias and SiLU, CUTLASS's stream-K decomposition
-    and 4 split-K slices; the same bits call after call, under CUDA-graph replay, and from two streams at
-    once on different inputs. Same bound as every kernel here (the arithmetic is the one-CTA kernel's)."""
-    for n, k in ((1000, 640), (12288, 4096)):
-        weight = random_weight(k, n, 4, 128, zeros, torch.float16, seed=n)
-        bias = randn(n, dtype=torch.float16, seed=7)
-        plan = qgemm.FpAIntBPlan(weight, bias=bias, activation="silu")
-        for spec in two_cta_specs():
-            if zeros and not spec.zeros:
-                continue
-            for m in sorted({1, 3, 9, spec.tile[1] - 1, spec.tile[1]}):
-                x = randn(m, k, dtype=torch.float16, seed=m + n)
-                ref = reference(x, weight, bias, "silu")
-                for splits in (0, 4):
-                    choice = heuristics.FpAIntBSm90Choice(spec, splits=splits)
-                    first = run(plan, x, choice)
-                    assert rel_err(first, ref) < BOUND[torch.float16], (spec.name, n, m, splits)
-                    assert torch.equal(run(plan, x, choice), first), (spec.name, n, m, splits)
-            m = spec.tile[1] - 3
-            choice = heuristics.FpAIntBSm90Choice(spec)
-            x, x2 = randn(m, k, dtype=torch.float16, seed=1), randn(m, k, dtype=torch.float16, seed=2)
-            first, second = run(plan, x, choice), run(plan, x2, choice)
-            assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first,
-                                 replays=2)
-            streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-            outs = [torch.full_like(first, float("nan")) for _ in streams]
-            torch.cuda.synchronize()
-            for _ in range(10):
-                for stream, xi, oi in zip(streams, (x, x2), outs):
-                    with torch.cuda.stream(stream):
-                        plan(xi, oi, choice=choice)
-            torch.cuda.synchronize()
-            assert torch.equal(outs[0], first) and torch.equal(outs[1], second), spec.name
+@pytest.mark.parametrize("dtype, bits, zeros", [(torch.float16, 4, True), (torch.float16, 4, False),
+                                               (torch.bfloat16, 4, True), (torch.float16, 8, False),
+                                               (torch.bfloat16, 8, True)])
+def test_two_ctas_per_sm(dtype, bits, zeros):
+    """The catalog's two-CTA kernels (the 16-token tile; setmaxnreg 24 / 104, a persistent grid of two CTAs
+    per SM, half the shared memory) against the float64 reference: 1000 rows (8 weight tiles, the last
+    partial) and 4096 x 22016 (172 tiles: the plan's own pick, checked), M from 1 to 16 (odd ones
+    included), group 128, bias and SiLU, CUTLASS's stream-K decomposition and 4 split-K slices; the same
+    bits call after call, under CUDA-graph replay, and from two streams at once on different inputs. Same
+    bound as every kernel here (the arithmetic is the one-CTA kernel's)."""
+    spec = next(s for s in sm90_specs(dtype, bits) if s.ctas_per_sm == 2 and s.zeros == zeros)
+    for n, k in ((1000, 640), (22016, 4096)):
+        weight = random_weight(k, n, bits, 128, zeros, dtype, seed=n)
+        bias = randn(n, dtype=dtype, seed=7)
+        plan = qgemm.FpAIntBPlan(weight, act_dtype=dtype, bias=bias, activation="silu")
+        if n > 132 * 128 and torch.cuda.get_device_properties(0).multi_processor_count <= 132:
+            assert plan.choice(16) == heuristics.FpAIntBSm90Choice(spec)
+        for m in (1, 3, 9, 15, 16):
+            x = randn(m, k, dtype=dtype, seed=m + n)
+            ref = reference(x, weight, bias, "silu")
+            for splits in (0, 4):
+                choice = heuristics.FpAIntBSm90Choice(spec, splits=splits)
+                first = run(plan, x, choice)
+                assert rel_err(first, ref) < BOUND[dtype], (spec.name, n, m, splits)
+                assert torch.equal(run(plan, x, choice), first), (spec.name, n, m, splits)
+        choice = heuristics.FpAIntBSm90Choice(spec)
+        x, x2 = randn(13, k, dtype=dtype, seed=1), randn(13, k, dtype=dtype, seed=2)
+        first, second = run(plan, x, choice), run(plan, x2, choice)
+        assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first,
+                             replays=2)
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        outs = [torch.full_like(first, float("nan")) for _ in streams]
+        torch.cuda.synchronize()
+        for _ in range(10):
+            for stream, xi, oi in zip(streams, (x, x2), outs):
+                with torch.cuda.stream(stream):
+                    plan(xi, oi, choice=choice)
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], first) and torch.equal(outs[1], second), (spec.name, n)
 
 
 @pytest.mark.parametrize("bits", (4, 8))

@@ -429,16 +429,19 @@ FPAINTB_SM90_VARIANTS = [
     dict(zeros=True, tile_k=128, mainloop="ahead"), dict(zeros=False, tile_k=128, mainloop="ahead"),
 ]
 FPAINTB_SM90_AHEAD_VARIANTS = FPAINTB_SM90_VARIANTS[2:]
+# The 16-token tile also with two CTAs per SM (qgemm/fpaintb/heuristics.py FPAINTB_SM90_TWO_CTAS_MAX_K: many
+# output tiles, K up to 8192). Each is built alone (FpAIntBSm90Spec.bundles).
+FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AHEAD_VARIANTS]
 # (tile (weight rows, tokens), schedule, scheduler, forms): 16-, 32-, 64- and 128-token stream-K tiles for
 # batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The
 # 16-token tile comes only with qgemm's loop: below 17 rows the other weights keep the Sm80 kernels
 # (heuristics.FPAINTB_SM90_NARROW_MAX_M). Every kernel costs one to two minutes of CI build time, so the
-# catalog stays at these 56 (14 per activation type and width);
+# catalog stays at these 64 (16 per activation type and width);
 # FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
 # benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
 # the CI build.
 FPAINTB_SM90_CONFIGS = [
-    ((128, 16), "cooperative", "streamk", FPAINTB_SM90_AHEAD_VARIANTS),
+    ((128, 16), "cooperative", "streamk", FPAINTB_SM90_AHEAD_VARIANTS + FPAINTB_SM90_TWO_CTA_VARIANTS),
     ((128, 32), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
     ((128, 64), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
     ((128, 128), "cooperative", "streamk", FPAINTB_SM90_VARIANTS),
@@ -487,9 +490,8 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     # 4096 x 12288) and up to 27% slower elsewhere (58.3 against 45.7, 11008 x 4096). Neither adopted.
     dict(tile=(128, 256), scheduler="streamk", zeros=False, mainloop="ahead"),
     dict(tile=(128, 128), scheduler="persistent", zeros=False, tile_k=128, mainloop="ahead"),
-    # Two CTAs per SM (FpAIntBSm90Spec.ctas_per_sm) on the 16- and 32-token tiles under qgemm's loop.
-    dict(tile=(128, 16), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead", ctas_per_sm=2),
-    dict(tile=(128, 16), scheduler="streamk", zeros=True, tile_k=128, mainloop="ahead", ctas_per_sm=2),
+    # Two CTAs per SM on the 32-token tile (the 16-token one is in the catalog): at most 2% faster at M = 24-32
+    # (4096 x 28672), slower elsewhere (heuristics.py FPAINTB_SM90_TWO_CTAS_MAX_K has the measurements).
     dict(tile=(128, 32), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead", ctas_per_sm=2),
 ]
 

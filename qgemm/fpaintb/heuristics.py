@@ -358,6 +358,24 @@ FPAINTB_SM90_FEW_TILES_TOKENS = 64
 #     11008 x 4096 31.1 / 35.1, 31.0 / 36.8; 4096 x 8192 22.3 / 26.4, 22.2 / 26.2; and the shapes above.
 FPAINTB_SM90_FEW_TILES_SLICE_K = 6144
 
+# Two CTAs per SM (FpAIntBSm90Spec.ctas_per_sm) for the 16-token tile, where its 128-row tiles outnumber the
+# SMs and K is at most FPAINTB_SM90_TWO_CTAS_MAX_K. One 384-thread CTA leaves each scheduler 2.3 warps, and
+# its consumer loop waits on fixed-latency dependencies; a second CTA overlaps one tile's pipeline fill and
+# epilogue with the other's steady state. ncu at M = 16, 8192 x 28672 (224 tiles): 70.8 -> 62.6 us, issue
+# slots 46% -> 54% busy, DRAM 52% -> 59% of peak, active warps per scheduler 2.3 -> 3.8. With fewer tiles
+# than SMs the second CTA only splits an SM's bandwidth share unevenly. benchmarks/device_decomp.sh (H100,
+# 2026-11-27, M = 16, INT4 g128 scale-only, us, the best of CUTLASS's decomposition, 2 and 4 slices, forced
+# data-parallel and stream-K; one CTA / two CTAs per SM; K x N and its 128-row tiles):
+#   more tiles than SMs, K <= 8192: 4096 x 22016 (172) 31.0 / 26.3; 8192 x 28672 (224) 58.5 / 50.5;
+#     4096 x 28672 (224) 32.5 / 28.8 (two CTAs with CUTLASS's decomposition, the plan's: 26.4, 50.5, 28.9);
+#   K = 14336: 14336 x 21504 (168) 70.4 / 67.8 (only under forced stream-K; 82.9 with CUTLASS's
+#     decomposition): not taken;
+#   fewer tiles than SMs: 4096 x 12288 (96) 17.1 / 19.5; 28672 x 8192 (64) 52.8 / 51.9; 4096 x 6144 (48)
+#     14.6 / 15.7; 11008 x 4096 (32) 18.7 / 22.7; 4096 x 4096 13.6 / 14.2; 14336 x 4096 21.3 / 26.8.
+# M = 9 and 12 measured the same. The 32-token tile with two CTAs gained at most 2% at M = 24-32 (4096 x 28672)
+# and lost elsewhere (8192 x 28672: 59.9 against 58.2): not in the catalog.
+FPAINTB_SM90_TWO_CTAS_MAX_K = 8192
+
 
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
                         zeros: bool = True, group_size: int | None = None) -> FpAIntBSm90Choice:
@@ -366,7 +384,8 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     Where K and the group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer
     loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones. A 128-token tile whose
     tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS) unless
-    its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K."""
+    its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K. The 16-token tile runs two
+    CTAs per SM where its tiles outnumber the SMs and K is at most FPAINTB_SM90_TWO_CTAS_MAX_K."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
     if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:
@@ -374,7 +393,9 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
         if k < FPAINTB_SM90_FEW_TILES_SLICE_K * fpaintb_sm90_splits(m, n, tile, sm_count):
             tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
-    spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, **FPAINTB_SM90_AHEAD)
+    two_ctas = tile[1] == 16 and not splits and -(-n // tile[0]) > sm_count and k <= FPAINTB_SM90_TWO_CTAS_MAX_K
+    spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, ctas_per_sm=2 if two_ctas else 1,
+                           **FPAINTB_SM90_AHEAD)
     if not spec.supports(k, group_size or k):
         spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros)
     return FpAIntBSm90Choice(spec, splits=splits)

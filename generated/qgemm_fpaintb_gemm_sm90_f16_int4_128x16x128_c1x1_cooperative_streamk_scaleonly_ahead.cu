@@ -42,6 +42,18 @@
 //                  whole tiles where the last wave is at least half full, or a wave has idle SMs)
 //   sm_count       multiprocessors, for the persistent grid
 //   workspace      launch.workspace_bytes (stream-K partials and flags): zero before every launch
+//
+// Programmatic dependent launch (FpAIntBSm90Spec.programmatic_launch): with CUTLASS_GDC_ENABLED, CUTLASS's
+// kernel waits for the stream's previous kernel (griddepcontrol.wait) in its producer warps before their
+// first load; the consumers touch global memory only after the data that load brings (the stream-K fix-up
+// and the epilogue's stores included). So its CTAs may be placed, set up their barriers and prefetch their
+// TMA descriptors while the previous kernel's last CTAs run. The macro is defined directly for the sm_90a
+// device pass rather than through CUTLASS_ENABLE_GDC_FOR_SM90: in CUTLASS 4.2 that one also makes the
+// cooperative kernel call the stream-K scheduler's is_last_tile, which does not compile (a const member
+// function binding a member to a non-const reference). Adapter::run lets the next kernel launch instead.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CUTLASS_GDC_ENABLED
+#endif
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "cute/tensor.hpp"
@@ -54,6 +66,7 @@
 #include "cutlass/epilogue/fusion/operations.hpp"
 
 #include "qgemm/abi_exports.h"
+#include "qgemm/pdl.h"
 #include "qgemm/fpaintb/sm90_activation.hpp"
 #include "qgemm/fpaintb/sm90_layout.hpp"
 #include "qgemm/fpaintb/sm90_mainloop.hpp"
@@ -225,6 +238,9 @@ struct Adapter {
   }
 
   static __device__ void run(Params const& params, char* smem) {
+    // The stream's next kernel may launch now: its CTAs take an SM as this kernel's persistent CTAs leave
+    // it, and (launched programmatically) wait for this whole grid before their own loads.
+    qgemm::pdl::let_next_grid_start();
     Kernel kernel;
     kernel(params, smem);
   }

@@ -115,6 +115,16 @@ def test_two_ctas_per_sm_spec():
         assert piece not in src, piece
 
 
+def test_every_kernel_is_built_for_programmatic_launch():
+    """CUTLASS's kernel waits for the previous kernel (griddepcontrol.wait) only with CUTLASS_GDC_ENABLED,
+    defined before its headers; the spec then asks for programmatic launch."""
+    for spec in catalog(90, FAMILY) + fpaintb_sm90_specs("f16", 4, sweep=True):
+        src = render(spec).source
+        assert spec.programmatic_launch
+        assert src.index("#define CUTLASS_GDC_ENABLED") < src.index("#include \"cutlass/cutlass.h\"")
+        assert "qgemm::pdl::let_next_grid_start();" in src
+
+
 def test_scale_only_spec():
     """zeros=False: CUTLASS's scale-only mode (w = q * scale) for symmetric weights, named and rendered
     without the zero' operand; zeros must be a bool."""

@@ -294,6 +294,28 @@ def test_two_ctas_per_sm(dtype, bits, zeros):
         assert torch.equal(outs[0], first) and torch.equal(outs[1], second), (spec.name, n)
 
 
+@pytest.mark.parametrize("m, tile, ctas_per_sm, splits", [
+    (16, (128, 16), 1, 0), (16, (128, 16), 2, 0), (13, (128, 16), 2, 4),   # one and two CTAs per SM, 4 slices
+    (64, (128, 64), 1, 2), (300, (128, 128), 1, 0),                       # stream-K fix-up between CTAs
+])
+def test_programmatic_launch_chain(m, tile, ctas_per_sm, splits):
+    """The Sm90 kernels are launched with programmatic stream serialization (built with
+    CUTLASS_ENABLE_GDC_FOR_SM90): their CTAs may start while the previous kernel finishes, and their
+    producers wait for it before any load. A chain where each call reads the previous call's output (eager,
+    with torch kernels between every other pair of links, and captured in a CUDA graph) must equal the same
+    chain with the GPU synchronized after every call: a missing wait would read a half-written input, and a
+    stream-K slice would meet flags the previous call's workspace zeroing had not yet cleared."""
+    from gpu_util import check_dependent_chain
+    from qgemm import _runtime
+    n = k = 1024
+    plans = [qgemm.FpAIntBPlan(random_weight(k, n, 4, 128, i % 2 == 0, torch.float16, seed=50 + i)) for i in range(3)]
+    spec = FpAIntBSm90Spec("f16", 4, tile, scheduler="streamk", ctas_per_sm=ctas_per_sm, **heuristics.FPAINTB_SM90_AHEAD)
+    assert spec.programmatic_launch
+    assert _runtime.get_kernel(spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
+    choice = heuristics.FpAIntBSm90Choice(spec, splits=splits)
+    check_dependent_chain(lambda i, y: plans[i % 3](y, choice=choice), randn(m, k, dtype=torch.float16, seed=7))
+
+
 @pytest.mark.parametrize("bits", (4, 8))
 def test_sm90_packing_on_the_gpu_matches_the_cpu(bits):
     from qgemm.fpaintb.pack import pack_sm90, unpack_sm90

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from cutlass_gen.families.fpaintb import FpAIntBGemmSpec, FpAIntBGemvSpec
+from cutlass_gen.families.fpaintb import FpAIntBGemmSpec, FpAIntBGemvSpec, FpAIntBSm90Spec
 from cutlass_gen.families.w8a8 import W8A8GemvSpec, W8A8Sm90Spec
 from qgemm import _driver, _runtime
 
@@ -20,6 +20,8 @@ DECODE = FpAIntBGemvSpec("f16", 4, arch=80, stream=True, n_tiles=2, warps_k=8, p
     (FpAIntBGemvSpec("f16", 4), 90, False),               # the B-operand small-M kernel does not wait
     (FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 90, False),
     (W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"), 90, False),
+    (FpAIntBSm90Spec("f16", 4, (128, 16), tile_k=128, mainloop="ahead", ctas_per_sm=2), 90, True),  # CUTLASS's GDC
+    (FpAIntBSm90Spec("bf16", 8, (128, 128)), 90, True),
     (W8A8GemvSpec("f16", "symmetric", "f16"), 90, True),   # the fused W8A8 decode kernel waits too
     (W8A8GemvSpec("f16", "symmetric", "f16"), 80, False),
     (W8A8GemvSpec("f16", "asymmetric", "f16", cluster=8, arch=90, max_slice_k=4096, max_slice_blocks=32), 90, True),

@@ -306,6 +306,12 @@ class FpAIntBSm90Spec(KernelSpec):
                              f"got {self.schedule}, cluster {self.cluster}, tile {tile}")
 
     @property
+    def programmatic_launch(self) -> bool:
+        """CUTLASS's Sm90 kernel waits for the previous kernel in its producer warps before any load
+        (built with CUTLASS_ENABLE_GDC_FOR_SM90; the template says why the consumers need no wait)."""
+        return True
+
+    @property
     def bundles(self) -> bool:
         """A two-CTA kernel changes the register split of every cooperative kernel in its translation
         unit (the setmaxnreg specializations in the template), so it is built alone."""

@@ -373,7 +373,10 @@ FPAINTB_SM90_FEW_TILES_SLICE_K = 6144
 #   fewer tiles than SMs: 4096 x 12288 (96) 17.1 / 19.5; 28672 x 8192 (64) 52.8 / 51.9; 4096 x 6144 (48)
 #     14.6 / 15.7; 11008 x 4096 (32) 18.7 / 22.7; 4096 x 4096 13.6 / 14.2; 14336 x 4096 21.3 / 26.8.
 # M = 9 and 12 measured the same. The 32-token tile with two CTAs gained at most 2% at M = 24-32 (4096 x 28672)
-# and lost elsewhere (8192 x 28672: 59.9 against 58.2): not in the catalog.
+# and lost elsewhere (8192 x 28672: 59.9 against 58.2): not in the catalog. Rerun with programmatic launch
+# (same day, M = 16): the same eight of ten decisions hold; on the two long-K shapes two CTAs won again
+# (14336 x 21504 68.2 against 74.4 only under forced stream-K; 28672 x 8192 51.6 against 55.0 with 4 slices)
+# while losing on the third (14336 x 4096: 26.9 against 21.9), so K above 8192 keeps one CTA.
 FPAINTB_SM90_TWO_CTAS_MAX_K = 8192
 
 

@@ -308,7 +308,7 @@ class FpAIntBSm90Spec(KernelSpec):
     @property
     def programmatic_launch(self) -> bool:
         """CUTLASS's Sm90 kernel waits for the previous kernel in its producer warps before any load
-        (built with CUTLASS_ENABLE_GDC_FOR_SM90; the template says why the consumers need no wait)."""
+        (built with CUTLASS_GDC_ENABLED; the template says why the consumers need no wait)."""
         return True
 
     @property

@@ -113,6 +113,21 @@ def _drive(family: str) -> int:
                         if fam == FpAIntBGemmSpec.family:
                             attempt(spec.name + " stream-K", lambda: plan(
                                 rand(m, 704, dtype=dtype), choice=FpAIntBChoice(spec, 2)))
+                if not sm90:
+                    continue
+                # The Sm90 kernels (one and two CTAs per SM, programmatic launch): K = 640 in groups of 128
+                # suits the 64- and the 128-deep K tiles; the scale-only kernels take the symmetric weight.
+                from cutlass_gen.families.fpaintb import FpAIntBSm90Spec
+                from qgemm.fpaintb.heuristics import FpAIntBSm90Choice
+                plans = {zeros: qgemm.FpAIntBPlan(qgemm.IntBWeight.from_float(
+                    rand(136, 640, dtype=torch.float32, scale=0.05), bits=bits, group_size=128, symmetric=not zeros),
+                    act_dtype=dtype, bias=rand(136, dtype=dtype), activation="gelu") for zeros in (True, False)}
+                for spec in catalog(90, FpAIntBSm90Spec.family):
+                    if (spec.act, spec.bits) != (act, bits):
+                        continue
+                    for splits in (0, 3):  # CUTLASS's stream-K decomposition, then 3 split-K slices
+                        attempt(f"{spec.name} splits={splits}", lambda: plans[spec.zeros](
+                            rand(17, 640, dtype=dtype), choice=FpAIntBSm90Choice(spec, splits=splits)))
     elif family == "conv_fpaintb":
         from cutlass_gen.families.conv import FpAIntBConvSpec
         for dtype, act in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):

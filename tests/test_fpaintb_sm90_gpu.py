@@ -209,6 +209,21 @@ def test_act_order_and_awq_on_the_sm90_kernel():
     assert not plan.choice(m).spec.zeros
 
 
+def assert_two_streams(plan, choice, inputs, expected, rounds=10):
+    """Two streams calling the plan at once, each on its own input and output, `rounds` times over: each
+    output must be the bits that input gave alone (no plan-owned state shared between calls in flight)."""
+    streams = [torch.cuda.Stream() for _ in inputs]
+    outs = [torch.full_like(e, float("nan")) for e in expected]
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for stream, xi, oi in zip(streams, inputs, outs):
+            with torch.cuda.stream(stream):
+                plan(xi, oi, choice=choice)
+    torch.cuda.synchronize()
+    for o, e in zip(outs, expected):
+        assert torch.equal(o, e), choice.spec.name
+
+
 @pytest.mark.parametrize("m, tile, scheduler, splits, zeros, mainloop", [
     (200, (128, 128), "streamk", 0, True, "cutlass"),      # CUTLASS's heuristic decomposition
     (24, (128, 32), "streamk", 4, True, "cutlass"),        # the heuristic's explicit split: 8 output tiles on 132 SMs
@@ -241,16 +256,7 @@ def test_cuda_graph_and_two_streams(m, tile, scheduler, splits, zeros, mainloop)
         assert torch.equal(run(plan, x, choice), first)
     assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first, replays=3)
     x2 = randn(m, k, dtype=torch.float16, seed=6)
-    second = run(plan, x2, choice)
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    outs = [torch.full_like(first, float("nan")) for _ in streams]
-    torch.cuda.synchronize()
-    for _ in range(10):
-        for stream, xi, oi in zip(streams, (x, x2), outs):
-            with torch.cuda.stream(stream):
-                plan(xi, oi, choice=choice)
-    torch.cuda.synchronize()
-    assert torch.equal(outs[0], first) and torch.equal(outs[1], second)
+    assert_two_streams(plan, choice, (x, x2), (first, run(plan, x2, choice)))
 
 
 @pytest.mark.parametrize("dtype, bits, zeros", [(torch.float16, 4, True), (torch.float16, 4, False),
@@ -283,15 +289,7 @@ def test_two_ctas_per_sm(dtype, bits, zeros):
         first, second = run(plan, x, choice), run(plan, x2, choice)
         assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first,
                              replays=2)
-        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-        outs = [torch.full_like(first, float("nan")) for _ in streams]
-        torch.cuda.synchronize()
-        for _ in range(10):
-            for stream, xi, oi in zip(streams, (x, x2), outs):
-                with torch.cuda.stream(stream):
-                    plan(xi, oi, choice=choice)
-        torch.cuda.synchronize()
-        assert torch.equal(outs[0], first) and torch.equal(outs[1], second), (spec.name, n)
+        assert_two_streams(plan, choice, (x, x2), (first, second))
 
 
 @pytest.mark.parametrize("m, tile, ctas_per_sm, splits", [

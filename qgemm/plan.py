@@ -118,8 +118,14 @@ class Plan:
         m = self._check_x(x, dtypes, k)
         _checks.index_limit("x.shape[0] (M)", m)
         if out is not None:
-            _checks.tensor("out", out, (out_dtype,), ndim=2)
-            _checks.shape("out", out, (m, n))
-            _checks.cuda_device("out", out, self.device)
-            _checks.contiguous("out", out)
+            self._check_gemm_out(out, m, n, out_dtype)
         return x.new_empty((m, n), dtype=out_dtype)
+
+    def _check_gemm_out(self, out: torch.Tensor, m: int, n: int, dtype: torch.dtype) -> None:
+        """A caller's out for a GEMM plan: [M, n] of dtype, contiguous on the plan's device. The eager call and
+        the fake implementation both check this; each eager call adds the alignment its kernels need (fake
+        tensors have no addresses)."""
+        _checks.tensor("out", out, (dtype,), ndim=2)
+        _checks.shape("out", out, (m, n))
+        _checks.cuda_device("out", out, self.device)
+        _checks.contiguous("out", out)

@@ -325,10 +325,7 @@ class Fp8GemmPlan(Plan):
         _checks.contiguous("xa.scale", xa.scale)
         _check_aligned("xa.scale", xa.scale)
         if out is not None:
-            _checks.tensor("out", out, (self.out_dtype,), ndim=2)
-            _checks.shape("out", out, (m, self._n))
-            _checks.cuda_device("out", out, self.device)
-            _checks.contiguous("out", out)
+            self._check_gemm_out(out, m, self._n, self.out_dtype)
 
 
 def fp8_linear(x: torch.Tensor, weight: Fp8Weight, bias: torch.Tensor | None = None,

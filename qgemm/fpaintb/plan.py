@@ -321,10 +321,7 @@ class FpAIntBPlan(Plan):
         _checks.index_limit("x.shape[0] (M)", m)
         _checks.aligned("x", x, 16, "16-byte loads")
         if out is not None:
-            _checks.tensor("out", out, (self.act_dtype,), ndim=2)
-            _checks.shape("out", out, (m, w.n))
-            _checks.cuda_device("out", out, self.device)
-            _checks.contiguous("out", out)
+            self._check_gemm_out(out, m, w.n, self.act_dtype)
             _checks.aligned("out", out, 4, "paired stores")
         if self._perm is not None:
             x = x.index_select(1, self._perm)

@@ -553,10 +553,7 @@ class W8A8GemmPlan(Plan):
                 and out.device == self.device and out.is_contiguous() and out.data_ptr() % 16 == 0)
 
     def _check_out(self, out, m: int):
-        _checks.tensor("out", out, (self.out_dtype,), ndim=2)
-        _checks.shape("out", out, (m, self._n))
-        _checks.cuda_device("out", out, self.device)
-        _checks.contiguous("out", out)
+        self._check_gemm_out(out, m, self._n, self.out_dtype)
         _checks.aligned("out", out, 16, "16-byte output rows")
         raise AssertionError("_valid_out rejected an out that _check_out accepts")
 

@@ -257,22 +257,26 @@ def test_heuristic_few_tiles_keep_the_128_token_tile_for_long_k():
     assert pick(200, 4096, 14336) == ((128, 128), 2)      # two token tiles: 64 tiles, 2 slices of 7168
 
 
-def test_heuristic_two_ctas_per_sm_for_many_16_token_tiles_and_short_k():
-    """The 16-token tile runs two CTAs per SM where its 128-row tiles outnumber the SMs and K is at most
-    FPAINTB_SM90_TWO_CTAS_MAX_K (8192): the sweep's 4096 x 22016 (172 tiles), 8192 x 28672 and 4096 x 28672
-    (224) at 9-16 rows; not 14336 x 21504 (K too long), 4096 x 12288 (96 tiles), nor at 17 rows."""
-    def ctas(m, n, k, sm_count=132, zeros=False):
+def test_heuristic_two_ctas_per_sm_for_many_16_token_tiles():
+    """The 16-token tile runs two CTAs per SM where its 128-row tiles outnumber the SMs, with CUTLASS's
+    decomposition up to K = FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K (8192) and forced stream-K beyond: the
+    sweep's 4096 x 22016 (172 tiles), 8192 x 28672 and 4096 x 28672 (224), then 14336 x 21504 (168),
+    12288 x 24576 and 16384 x 28672 at 9-16 rows; not 4096 x 12288 or 28672 x 12288 (96 tiles), nor at 17 rows."""
+    def pick(m, n, k, sm_count=132, zeros=False):
         c = heuristics.fpaintb_sm90_choice(m, n, k, 4, "f16", sm_count, zeros=zeros, group_size=128)
-        return c.spec.ctas_per_sm, c.spec.tile, c.splits
-    assert heuristics.FPAINTB_SM90_TWO_CTAS_MAX_K == 8192
+        return c.spec.ctas_per_sm, c.spec.tile, c.splits, c.decomposition
+    assert heuristics.FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K == 8192
+    heuristic, stream_k = heuristics.DECOMPOSITION_HEURISTIC, heuristics.DECOMPOSITION_STREAM_K
     for m in (heuristics.FPAINTB_SM90_MIN_M, 12, heuristics.FPAINTB_SM90_NARROW_MAX_M):
-        assert ctas(m, 22016, 4096) == ctas(m, 28672, 8192) == ctas(m, 28672, 4096) == (2, (128, 16), 0)
-        assert ctas(m, 28672, 4096, zeros=True) == (2, (128, 16), 0)
-    assert ctas(16, 21504, 14336)[0] == ctas(16, 12288, 4096)[0] == ctas(16, 8192, 28672)[0] == 1
-    assert ctas(16, 28672, 8320)[0] == 1                      # K past 8192
-    assert ctas(16, 132 * 128, 4096)[0] == 1 and ctas(16, 133 * 128, 4096)[0] == 2   # tiles = SMs, one more
-    assert ctas(16, 28672, 4096, sm_count=224)[0] == 1        # a larger GPU
-    assert ctas(17, 28672, 4096)[:2] == (1, (128, 32))
+        assert pick(m, 22016, 4096) == pick(m, 28672, 8192) == pick(m, 28672, 4096) == (2, (128, 16), 0, heuristic)
+        assert pick(m, 28672, 4096, zeros=True) == (2, (128, 16), 0, heuristic)
+        assert pick(m, 21504, 14336) == pick(m, 24576, 12288) == pick(m, 28672, 16384) == (2, (128, 16), 0, stream_k)
+    assert pick(16, 28672, 8320)[::3] == (2, stream_k)             # the first K past 8192
+    assert pick(16, 12288, 4096)[0] == pick(16, 12288, 28672)[0] == pick(16, 8192, 28672)[0] == 1
+    assert pick(16, 12288, 28672)[3] == pick(16, 8192, 28672)[3] == heuristic   # one CTA keeps CUTLASS's
+    assert pick(16, 132 * 128, 4096)[0] == 1 and pick(16, 133 * 128, 4096)[0] == 2   # tiles = SMs, one more
+    assert pick(16, 28672, 4096, sm_count=224)[0] == 1        # a larger GPU
+    assert pick(17, 28672, 4096)[:2] == (1, (128, 32)) and pick(17, 21504, 14336)[3] == heuristic
 
 
 def test_heuristic_splits_only_where_the_tiles_leave_half_the_gpu_idle():

@@ -266,9 +266,10 @@ def test_two_ctas_per_sm(dtype, bits, zeros):
     """The catalog's two-CTA kernels (the 16-token tile; setmaxnreg 24 / 104, a persistent grid of two CTAs
     per SM, half the shared memory) against the float64 reference: 1000 rows (8 weight tiles, the last
     partial) and 4096 x 22016 (172 tiles: the plan's own pick, checked), M from 1 to 16 (odd ones
-    included), group 128, bias and SiLU, CUTLASS's stream-K decomposition and 4 split-K slices; the same
-    bits call after call, under CUDA-graph replay, and from two streams at once on different inputs. Same
-    bound as every kernel here (the arithmetic is the one-CTA kernel's)."""
+    included), group 128, bias and SiLU, CUTLASS's stream-K decomposition, 4 split-K slices and forced
+    stream-K (the plan's pick for K above 8192); the same bits call after call, and under forced stream-K
+    also under CUDA-graph replay and from two streams at once on different inputs. Same bound as every
+    kernel here (the arithmetic is the one-CTA kernel's)."""
     spec = next(s for s in sm90_specs(dtype, bits) if s.ctas_per_sm == 2 and s.zeros == zeros)
     for n, k in ((1000, 640), (22016, 4096)):
         weight = random_weight(k, n, bits, 128, zeros, dtype, seed=n)
@@ -279,12 +280,13 @@ def test_two_ctas_per_sm(dtype, bits, zeros):
         for m in (1, 3, 9, 15, 16):
             x = randn(m, k, dtype=dtype, seed=m + n)
             ref = reference(x, weight, bias, "silu")
-            for splits in (0, 4):
-                choice = heuristics.FpAIntBSm90Choice(spec, splits=splits)
+            for splits, decomposition in ((0, heuristics.DECOMPOSITION_HEURISTIC), (4, heuristics.DECOMPOSITION_HEURISTIC),
+                                          (0, heuristics.DECOMPOSITION_STREAM_K)):
+                choice = heuristics.FpAIntBSm90Choice(spec, splits=splits, decomposition=decomposition)
                 first = run(plan, x, choice)
-                assert rel_err(first, ref) < BOUND[dtype], (spec.name, n, m, splits)
-                assert torch.equal(run(plan, x, choice), first), (spec.name, n, m, splits)
-        choice = heuristics.FpAIntBSm90Choice(spec)
+                assert rel_err(first, ref) < BOUND[dtype], (spec.name, n, m, splits, decomposition)
+                assert torch.equal(run(plan, x, choice), first), (spec.name, n, m, splits, decomposition)
+        choice = heuristics.FpAIntBSm90Choice(spec, decomposition=heuristics.DECOMPOSITION_STREAM_K)
         x, x2 = randn(13, k, dtype=dtype, seed=1), randn(13, k, dtype=dtype, seed=2)
         first, second = run(plan, x, choice), run(plan, x2, choice)
         assert_graph_replays(lambda o: plan(x, o, choice=choice), torch.full_like(first, float("nan")), first,

@@ -435,8 +435,8 @@ FPAINTB_SM90_VARIANTS = [
     dict(zeros=True, tile_k=128, mainloop="ahead"), dict(zeros=False, tile_k=128, mainloop="ahead"),
 ]
 FPAINTB_SM90_AHEAD_VARIANTS = FPAINTB_SM90_VARIANTS[2:]
-# The 16-token tile also with two CTAs per SM (qgemm/fpaintb/heuristics.py FPAINTB_SM90_TWO_CTAS_MAX_K: many
-# output tiles, K up to 8192). Each is built alone (FpAIntBSm90Spec.bundles).
+# The 16-token tile also with two CTAs per SM (qgemm/fpaintb/heuristics.py FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K:
+# more output tiles than SMs). Each is built alone (FpAIntBSm90Spec.bundles).
 FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AHEAD_VARIANTS]
 # (tile (weight rows, tokens), schedule, scheduler, forms): 16-, 32-, 64- and 128-token stream-K tiles for
 # batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The
@@ -497,7 +497,7 @@ FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 256), scheduler="streamk", zeros=False, mainloop="ahead"),
     dict(tile=(128, 128), scheduler="persistent", zeros=False, tile_k=128, mainloop="ahead"),
     # Two CTAs per SM on the 32-token tile (the 16-token one is in the catalog): at most 2% faster at M = 24-32
-    # (4096 x 28672), slower elsewhere (heuristics.py FPAINTB_SM90_TWO_CTAS_MAX_K has the measurements).
+    # (4096 x 28672), slower elsewhere (heuristics.py FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K has the measurements).
     dict(tile=(128, 32), scheduler="streamk", zeros=False, tile_k=128, mainloop="ahead", ctas_per_sm=2),
 ]
 

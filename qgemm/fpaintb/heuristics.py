@@ -262,7 +262,8 @@ RASTER_HEURISTIC = 0  # ext[2] of the Sm90 kernel: CUTLASS's raster heuristic
 DECOMPOSITION_HEURISTIC = 0  # CUTLASS's: whole tiles unless the last wave is less than half full
 DECOMPOSITION_DATA_PARALLEL = 1  # one CTA per output tile
 DECOMPOSITION_STREAM_K = 2  # every SM takes an equal share of all tiles' K iterations
-# The plans keep CUTLASS's heuristic. benchmarks/device_decomp.sh (H100, 2026-11-27, INT4 g128 scale-only,
+# The plans keep CUTLASS's heuristic (but for the two-CTA kernel on long K: FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K
+# below). benchmarks/device_decomp.sh (H100, 2026-11-27, INT4 g128 scale-only,
 # the plan's 128-deep tile by M, the six shapes and Llama-3-8B's four, us) timed both forced modes against
 # it: forced stream-K was slower on geomean at every M (1.032x the heuristic's time at M = 16, 1.029x at 32,
 # 1.017x at 64, 1.014x at 128, 1.013x at 256, 1.088x at 1024) and more than 3% faster on only 3 of the 60
@@ -358,26 +359,29 @@ FPAINTB_SM90_FEW_TILES_TOKENS = 64
 #     11008 x 4096 31.1 / 35.1, 31.0 / 36.8; 4096 x 8192 22.3 / 26.4, 22.2 / 26.2; and the shapes above.
 FPAINTB_SM90_FEW_TILES_SLICE_K = 6144
 
-# Two CTAs per SM (FpAIntBSm90Spec.ctas_per_sm) for the 16-token tile, where its 128-row tiles outnumber the
-# SMs and K is at most FPAINTB_SM90_TWO_CTAS_MAX_K. One 384-thread CTA leaves each scheduler 2.3 warps, and
-# its consumer loop waits on fixed-latency dependencies; a second CTA overlaps one tile's pipeline fill and
-# epilogue with the other's steady state. ncu at M = 16, 8192 x 28672 (224 tiles): 70.8 -> 62.6 us, issue
-# slots 46% -> 54% busy, DRAM 52% -> 59% of peak, active warps per scheduler 2.3 -> 3.8. With fewer tiles
-# than SMs the second CTA only splits an SM's bandwidth share unevenly. benchmarks/device_decomp.sh (H100,
-# 2026-11-27, M = 16, INT4 g128 scale-only, us, the best of CUTLASS's decomposition, 2 and 4 slices, forced
-# data-parallel and stream-K; one CTA / two CTAs per SM; K x N and its 128-row tiles):
-#   more tiles than SMs, K <= 8192: 4096 x 22016 (172) 31.0 / 26.3; 8192 x 28672 (224) 58.5 / 50.5;
-#     4096 x 28672 (224) 32.5 / 28.8 (two CTAs with CUTLASS's decomposition, the plan's: 26.4, 50.5, 28.9);
-#   K = 14336: 14336 x 21504 (168) 70.4 / 67.8 (only under forced stream-K; 82.9 with CUTLASS's
-#     decomposition): not taken;
-#   fewer tiles than SMs: 4096 x 12288 (96) 17.1 / 19.5; 28672 x 8192 (64) 52.8 / 51.9; 4096 x 6144 (48)
-#     14.6 / 15.7; 11008 x 4096 (32) 18.7 / 22.7; 4096 x 4096 13.6 / 14.2; 14336 x 4096 21.3 / 26.8.
-# M = 9 and 12 measured the same. The 32-token tile with two CTAs gained at most 2% at M = 24-32 (4096 x 28672)
-# and lost elsewhere (8192 x 28672: 59.9 against 58.2): not in the catalog. Rerun with programmatic launch
-# (same day, M = 16): the same eight of ten decisions hold; on the two long-K shapes two CTAs won again
-# (14336 x 21504 68.2 against 74.4 only under forced stream-K; 28672 x 8192 51.6 against 55.0 with 4 slices)
-# while losing on the third (14336 x 4096: 26.9 against 21.9), so K above 8192 keeps one CTA.
-FPAINTB_SM90_TWO_CTAS_MAX_K = 8192
+# Two CTAs per SM (FpAIntBSm90Spec.ctas_per_sm) for the 16-token tile where its 128-row tiles outnumber the
+# SMs; from K above FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K with forced stream-K (ext[5]). One 384-thread CTA
+# leaves each scheduler 2.3 warps, and its consumer loop waits on fixed-latency dependencies; a second CTA
+# overlaps one tile's pipeline fill and epilogue with the other's steady state. ncu at M = 16, 8192 x 28672
+# (224 tiles): 70.8 -> 62.6 us, issue slots 46% -> 54% busy, DRAM 52% -> 59% of peak, active warps per
+# scheduler 2.3 -> 3.8. With whole tiles, SMs holding two tiles' CTAs finish after those holding one; long
+# K amortizes stream-K's fix-up, which then evens the SMs out. benchmarks/device_decomp.sh (H100,
+# 2026-11-27, M = 16, INT4 g128 scale-only, us; one CTA at its best of CUTLASS's decomposition, 2 and 4
+# slices and forced stream-K / two CTAs with CUTLASS's decomposition / two CTAs under forced stream-K;
+# K x N and its 128-row tiles):
+#   more tiles than SMs, K <= 8192: 4096 x 22016 (172) 31.0 / 26.3 / 30.3; 8192 x 28672 (224) 57.0 / 50.3 /
+#     55.1; 4096 x 28672 (224) 31.3 / 27.6 / 35.1;
+#   more tiles than SMs, K > 8192: 10240 x 21504 (168) 57.8 / 58.4 / 52.5; 14336 x 21504 (168) 74.4 / 79.8 /
+#     68.0; 12288 x 24576 (192) 71.3 / 69.4 / 67.0; 16384 x 28672 (224) 105.0 / 94.0 / 97.3;
+#   fewer tiles than SMs (one CTA kept; no rule covers the scattered wins): 96 tiles: 4096 x 12288 15.7 / 20.5,
+#     14336 x 12288 47.6 / 45.6, 28672 x 12288 79.6 / 76.2; 128 tiles: 12288 x 16384 42.8 / 44.4 (2 slices),
+#     16384 x 16384 55.3 / 56.1, 28672 x 16384 94.1 / 93.0; 64 tiles (4 slices for two CTAs): 16384 x 8192
+#     34.5 / 33.7, 14336 x 8192 31.2 / 31.5, 28672 x 8192 55.4 / 52.3; 48 and 32 tiles: two CTAs 5-26% slower
+#     (4096 x 6144, 4096 x 4096, 11008 x 4096, 14336 x 4096, 20480 x 4096).
+# M = 9 and 12 measured as M = 16 (first run, before programmatic launch; these are the later runs). The
+# 32-token tile with two CTAs gained at most 2% at M = 24-32 (4096 x 28672) and lost elsewhere
+# (8192 x 28672: 59.9 against 58.2): not in the catalog.
+FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K = 8192
 
 
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
@@ -388,7 +392,8 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones. A 128-token tile whose
     tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS) unless
     its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K. The 16-token tile runs two
-    CTAs per SM where its tiles outnumber the SMs and K is at most FPAINTB_SM90_TWO_CTAS_MAX_K."""
+    CTAs per SM where its tiles outnumber the SMs, under forced stream-K where K is above
+    FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
     if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:
@@ -396,9 +401,11 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
         if k < FPAINTB_SM90_FEW_TILES_SLICE_K * fpaintb_sm90_splits(m, n, tile, sm_count):
             tile = (tile[0], FPAINTB_SM90_FEW_TILES_TOKENS)
     splits = fpaintb_sm90_splits(m, n, tile, sm_count) if scheduler == "streamk" else 0
-    two_ctas = tile[1] == 16 and not splits and -(-n // tile[0]) > sm_count and k <= FPAINTB_SM90_TWO_CTAS_MAX_K
+    two_ctas = tile[1] == 16 and not splits and -(-n // tile[0]) > sm_count
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, ctas_per_sm=2 if two_ctas else 1,
                            **FPAINTB_SM90_AHEAD)
     if not spec.supports(k, group_size or k):
         spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros)
-    return FpAIntBSm90Choice(spec, splits=splits)
+    long_k = spec.ctas_per_sm == 2 and k > FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K
+    return FpAIntBSm90Choice(spec, splits=splits,
+                             decomposition=DECOMPOSITION_STREAM_K if long_k else DECOMPOSITION_HEURISTIC)

@@ -25,7 +25,7 @@ def main(argv=None):
     ap.add_argument("--cutlass-loop", action="store_true",
                     help="the plan's tile with CUTLASS's consumer loop on 64-deep K tiles (the kernel before qgemm's loop)")
     ap.add_argument("--ctas-per-sm", type=int, default=None,
-                    help="the plan's kernel with this many CTAs per SM (FpAIntBSm90Spec.ctas_per_sm; a sweep kernel)")
+                    help="the plan's kernel with this many CTAs per SM (FpAIntBSm90Spec.ctas_per_sm), whatever the plan picks")
     args = ap.parse_args(argv)
     k, n = (int(v) for v in args.nk.split("x"))
     g = torch.Generator().manual_seed(0)

@@ -131,9 +131,10 @@ class W8A8Sm90Spec(KernelSpec):
         tm, tn = tile
         # WGMMA M is 64 per warp group: cooperative splits the tile's rows over two warp groups,
         # ping-pong gives each warp group a whole tile. Beside the FP32 accumulators each thread
-        # holds as many int32 block temporaries: 128 x 128 per tile (64 + 64 registers per thread
-        # over 256 threads) leaves room for the rest; wider tiles would spill.
-        rows = {"cooperative": (128,), "pingpong": (64,)}[self.schedule]
+        # holds the int32 block temporaries of one 64-row slice: 128 x 128 per tile (64 + 64
+        # registers per thread over 256 threads) leaves room for the rest; 256 x 128 gives each warp
+        # group two slices, run and promoted in turn (128 + 64 registers); wider tiles would spill.
+        rows = {"cooperative": (128, 256), "pingpong": (64,)}[self.schedule]
         if tm not in rows:
             raise ValueError(f"tile M must be one of {rows} with the {self.schedule} schedule, got {tm}")
         if tn % 8 or not 8 <= tn <= 128:
@@ -141,9 +142,15 @@ class W8A8Sm90Spec(KernelSpec):
                              f"temporaries in registers), got {tn}")
         if not isinstance(self.alternate, bool):
             raise ValueError(f"alternate must be a bool, got {self.alternate!r}")
+        if tm == 256 and (self.scheme != "symmetric" or self.swap_ab):
+            raise ValueError(f"tile M 256 is a symmetric-scheme prefill tile without swap_ab (the asymmetric "
+                             f"promotion's three vectors per side spill beside 128 + 64 registers per thread), got "
+                             f"scheme={self.scheme!r}, swap_ab={self.swap_ab!r}")
         if self.alternate and self.schedule != "cooperative":
             raise ValueError(f"alternate (two warp groups taking turns on one tile) needs the cooperative schedule, "
                              f"got {self.schedule!r}")
+        if self.alternate and tm != 128:
+            raise ValueError(f"alternate (turns per block) needs tile M 128 (one 64-row slice per warp group), got {tm}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 
@@ -332,15 +339,19 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 _W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk"), ((128, 32), True, "persistent"),
                      ((128, 64), True, "persistent")]
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
+# The symmetric scheme also has the 256 x 128 tile (each warp group's two 64-row slices in turn), for
+# outputs of at least a wave of such tiles, persistent or stream-K (qgemm.w8a8.heuristics.w8a8_sm90_choice).
+_W8A8_SM90_PREFILL_SYMMETRIC = [((256, 128), False, "persistent"), ((256, 128), False, "streamk")]
 
 
-def w8a8_sm90_configs(block_size: int) -> list[tuple]:
-    """The (tile, swap_ab, scheduler) configurations the sm90 catalog holds for a block size (the
-    heuristic chooses among these only, so a plan never builds a kernel on first use for its
-    default choice): all of them for block 128, the narrow swapped and the 128 x 128 persistent
-    kernel for the other block sizes."""
+def w8a8_sm90_configs(block_size: int, scheme: str = "asymmetric") -> list[tuple]:
+    """The (tile, swap_ab, scheduler) configurations the sm90 catalog holds for a block size and
+    scheme (the heuristic chooses among these only, so a plan never builds a kernel on first use for
+    its default choice): all of them for block 128 (the 256 x 128 tile for the symmetric scheme
+    only), the narrow swapped and the 128 x 128 persistent kernel for the other block sizes."""
     if block_size == 128:
-        return _W8A8_SM90_DECODE + _W8A8_SM90_LARGE
+        prefill = _W8A8_SM90_PREFILL_SYMMETRIC if scheme == "symmetric" else []
+        return _W8A8_SM90_DECODE + _W8A8_SM90_LARGE + prefill
     return [_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0]]
 
 
@@ -362,7 +373,7 @@ def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
                             alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
 
     specs = [spec(c, 128, "symmetric", output) for output in ("f16", "bf16")
-             for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
+             for c in w8a8_sm90_configs(128, "symmetric")]
     specs += [spec(c, 128, "asymmetric", "f16") for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
     specs += [spec(c, block_size, "asymmetric", "f16") for block_size in (32, 64, 256)
               for c in w8a8_sm90_configs(block_size)]

@@ -83,7 +83,7 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 
     # Only the configurations the catalog builds for this block size (outputs and epilogues outside
     # the catalog are built on first use, in the same configuration as the catalog's F16 kernel).
-    available = set(w8a8_sm90_configs(block_size))
+    available = set(w8a8_sm90_configs(block_size, scheme))
 
     def pick(tile, swap_ab, scheduler="persistent"):
         if (tile, swap_ab, scheduler) not in available:
@@ -99,7 +99,40 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
         return pick((128, fits[0] if fits else swap_tiles[-1]), True)
     tiles = -(-m // 128) * weight_tiles
+    if ((256, 128), False, "persistent") in available and tiles >= sm_count:
+        return pick(*_prefill_tile(tiles, -(-m // 256) * weight_tiles, sm_count))
     return pick((128, 128), False, "streamk" if tiles < sm_count else "persistent")
+
+
+# The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100
+# (benchmarks/diag_prefill.py --candidates, 2026-11-27, symmetric, us; M = 4096 unless named):
+#
+#   N x K               | 128 persistent | 128 stream-K | 256 persistent | 256 stream-K | tiles 128 / 256
+#   4096 x 4096         | 139.3, 142.2   | 154.5        | 130.3, 133.4   | 135.8        | 1024 / 512
+#   7168 x 2048         | 136.1, 138.6   | 144.1        | 122.9, 123.0   | 130.8        | 1792 / 896
+#   28672 x 8192        | 2150, 2143     | 2199         | 1957, 1951     | 1896         | 14336 / 7168
+#   8192 x 28672        | 2091           |              | 1941           |              | 2048 / 1024
+#   2112 x 7168         | 146.5, 146.5   | 136.6        | 166.0, 167.8   | 132.3        | 544 / 272
+#   M = 2048: 4096 x 4096 69.3 / 64.5, 64.3 (256 stream-K 67.2, 64.5); 14336 x 4096 251.8 / 229.7, 237.1
+#   (stream-K 233.3, 232.7); 1024 x 4096 (128 tiles of 128 rows: stream-K 128) 19.8 / 34.1.
+#
+# A persistent kernel's time goes with its waves (ceil(tiles / SMs)); the 256-row tile's waves are
+# each worth two of the 128-row tile's at W8A8_SM90_ROWS256_SPEEDUP (1.07-1.10x measured on whole
+# waves); stream-K's time goes with the fractional waves plus up to W8A8_SM90_STREAMK_OVERHEAD for its
+# fix-up (0-15% above the fractional waves in the rows above). So 2112 x 7168 (272 tiles: 2.06 waves
+# of 256 rows) takes the 256-row stream-K kernel, and shapes that fill their last wave the persistent one.
+W8A8_SM90_ROWS256_SPEEDUP = 1.08
+W8A8_SM90_STREAMK_OVERHEAD = 0.15
+
+
+def _prefill_tile(tiles128: int, tiles256: int, sm_count: int) -> tuple:
+    """(tile, swap_ab, scheduler) of the symmetric scheme for an output of at least one wave of 128 x 128
+    tiles: the cheapest by the wave model above."""
+    per256 = 2 / W8A8_SM90_ROWS256_SPEEDUP
+    costs = {((128, 128), False, "persistent"): -(-tiles128 // sm_count),
+             ((256, 128), False, "persistent"): per256 * -(-tiles256 // sm_count),
+             ((256, 128), False, "streamk"): per256 * tiles256 / sm_count * (1 + W8A8_SM90_STREAMK_OVERHEAD)}
+    return min(costs, key=costs.get)
 
 
 

@@ -21,7 +21,10 @@ from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    (dict(tile=(64, 128)), "tile M must be one of (128,) with the cooperative schedule"),
+    (dict(tile=(64, 128)), "tile M must be one of (128, 256) with the cooperative schedule"),
+    (dict(tile=(256, 128)), "tile M 256 is a symmetric-scheme prefill tile without swap_ab"),
+    (dict(tile=(256, 16), scheme="symmetric", swap_ab=True), "tile M 256 is a symmetric-scheme prefill tile"),
+    (dict(tile=(256, 128), scheme="symmetric", alternate=True), "alternate (turns per block) needs tile M 128"),
     (dict(tile=(128, 128), schedule="pingpong"), "tile M must be one of (64,) with the pingpong"),
     (dict(tile=(128, 12)), "tile N must be a multiple of 8 in [8, 128]"),
     (dict(tile=(128, 256)), "tile N must be a multiple of 8 in [8, 128]"),
@@ -102,11 +105,38 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
     (17, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 128), False, "streamk"),     # 1 x 32 = 32 tiles for 132 SMs
-    (4096, 4096, (128, 128), False, "persistent"),
+    (1024, 1024, (128, 128), False, "streamk"),   # 8 x 8 = 64 tiles
+    (4096, 4096, (256, 128), False, "persistent"),  # 16 x 32 tiles of 256 rows: 4 waves against 8 of 128
+    (4096, 2112, (256, 128), False, "streamk"),   # 272 tiles of 256 rows: 2.06 waves, stream-K's fractional ones
+    (300, 28672, (128, 128), False, "persistent"),  # 672 tiles of 128 rows (6 waves) against 448 of 256 (4)
 ])
 def test_heuristic(m, n, tile, swap_ab, scheduler):
     choice = heuristics.w8a8_sm90_choice(m, n, 4096, 128, "symmetric", "f16", "clamp", 132)
     assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
+
+
+def test_256_row_tile_by_waves():
+    """The symmetric scheme's prefill tile by the wave model of heuristics._prefill_tile (the
+    measurements are beside it): 256 x 128 persistent where its last wave is nearly full (the issue's
+    shapes at M = 4096, Llama-3-8B's at M = 2048), 256 x 128 stream-K where it is nearly empty
+    (2112 x 7168), 128 x 128 where 256 rows would pad M too much or the 128-row tiles do not fill the
+    GPU; never 256 rows for the asymmetric scheme (its kernel would spill)."""
+    def pick(m, n, k, scheme="symmetric", sm_count=132):
+        spec = heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, "f16", "clamp", sm_count).spec
+        return spec.tile, spec.scheduler
+
+    for n, k in ((4096, 4096), (12288, 4096), (8192, 28672), (28672, 8192), (7168, 2048)):
+        assert pick(4096, n, k) == ((256, 128), "persistent")
+        assert pick(4096, n, k, "asymmetric") == ((128, 128), "persistent")
+    assert pick(4096, 2112, 7168) == ((256, 128), "streamk")
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+        assert pick(2048, n, k) == ((256, 128), "persistent")
+    assert pick(2048, 1024, 4096) == ((128, 128), "streamk")
+    # The waves move with the SM count: M = N = 2048 is one wave of 256-row tiles on 132 SMs; on 114,
+    # two against three of 128 rows, but stream-K's 1.12 waves win.
+    assert pick(2048, 2048, 1024) == ((256, 128), "persistent")
+    assert pick(2048, 2048, 1024, sm_count=114) == ((256, 128), "streamk")
+    assert all(s.scheme == "symmetric" for s in catalog(90, W8A8Sm90Spec.family) if s.tile == (256, 128))
 
 
 def test_render_names_the_slots():

@@ -117,13 +117,15 @@ def test_input_dtypes_end_to_end(scheme, x_dtype):
 
 
 @pytest.mark.parametrize("splits", [0, 3])
-@pytest.mark.parametrize("scheme, alternate", [("symmetric", False), ("asymmetric", False), ("asymmetric", True)])
-def test_stream_k(scheme, alternate, splits):
+@pytest.mark.parametrize("scheme, alternate, tile_m", [("symmetric", False, 128), ("asymmetric", False, 128),
+                                                       ("asymmetric", True, 128), ("symmetric", False, 256)])
+def test_stream_k(scheme, alternate, tile_m, splits):
     """Stream-K (heuristic decomposition, and split-K into 3): K ranges of a tile on several CTAs,
     each starting at a K-block boundary, their FP32 partials reduced by the scheduler; with the warp
-    groups in turns too (their named barriers count the units of each CTA's own K range)."""
-    spec = W8A8Sm90Spec((128, 128), 128, scheme, "f16", "cooperative", "streamk", alternate=alternate)
-    out, ref, _, _ = _case(200, 256, 128 * 21, 128, scheme, torch.float16,
+    groups in turns too (their named barriers count the units of each CTA's own K range), and with
+    the 256-row tile (two slices per warp group; M = 300: a partial second row tile)."""
+    spec = W8A8Sm90Spec((tile_m, 128), 128, scheme, "f16", "cooperative", "streamk", alternate=alternate)
+    out, ref, _, _ = _case(200 if tile_m == 128 else 300, 256, 128 * 21, 128, scheme, torch.float16,
                            choice=heuristics.W8A8Sm90Choice(spec, splits=splits))
     assert rel_err(out, ref) < BOUND[torch.float16]
 
@@ -159,14 +161,35 @@ def test_non_finite_activation_reaches_its_row(scheme, bad):
     assert torch.isfinite(out[[0, 1, 3, 4]]).all()
 
 
-@pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
-def test_cuda_graph_and_two_streams(scheme):
-    """Captured in a graph (decode M and a stream-K M), replayed with new inputs; the same plan on
-    two streams at once, each result equal to the eager call's."""
-    n, k = 384, 1024
+@pytest.mark.parametrize("out_name", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("activation", ["none", "relu6", "silu"])
+def test_256_row_tile(activation, out_name):
+    """The symmetric scheme's 256 x 128 tile (each warp group runs and promotes two 64-row slices per
+    block): M with a partial last row tile (1000 = 3 x 256 + 232), N with a partial column tile, bias
+    and activation, every output, K of 19 blocks. Besides the float64 bound, its output equals the
+    128 x 128 kernel's bit for bit: each element gets the same promotions in the same order, so a
+    slice run against the wrong rows or vectors cannot hide in rounding."""
+    out_dtype = OUT_DTYPES[out_name]
+    epilogue = "silu" if activation == "silu" else "clamp"
+    big, small = (W8A8Sm90Spec(tile, 128, "symmetric", out_name, epilogue=epilogue) for tile in ((256, 128), (128, 128)))
+    out, ref, plan, xq = _case(1000, 8 * 37, 128 * 19, 128, "symmetric", out_dtype, activation=activation,
+                               with_bias=True, choice=heuristics.W8A8Sm90Choice(big))
+    assert rel_err(out, ref) < BOUND[out_dtype]
+    assert torch.equal(out, plan.gemm(xq, choice=heuristics.W8A8Sm90Choice(small)))
+
+
+@pytest.mark.parametrize("scheme, n, ms", [("symmetric", 384, (4, 200)), ("asymmetric", 384, (4, 200)),
+                                           ("symmetric", 2048, (2048,))])
+def test_cuda_graph_and_two_streams(scheme, n, ms):
+    """Captured in a graph (decode M, a stream-K M, and M = 2048 on N = 2048, where the symmetric plan
+    takes the 256 x 128 tile: 8 x 16 tiles, one wave on an H100), replayed with new inputs; the same
+    plan on two streams at once (the last M), each result equal to the eager call's."""
+    k = 1024
     plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k), 128, scheme=scheme),
                               out_dtype=torch.float16)
-    for m in (4, 200):
+    if n == 2048 and torch.cuda.get_device_properties(0).multi_processor_count >= 128:
+        assert plan.choice(2048).spec.tile == (256, 128)
+    for m in ms:
         x = randn(m, k, dtype=torch.float16)
         eager = plan(x)
         torch.cuda.synchronize()
@@ -181,7 +204,7 @@ def test_cuda_graph_and_two_streams(scheme):
         assert torch.equal(captured, plan(x))
         assert not torch.equal(captured, eager)
 
-    xs = [randn(200, k, dtype=torch.float16) for _ in range(2)]
+    xs = [randn(ms[-1], k, dtype=torch.float16) for _ in range(2)]
     expected = [plan(x) for x in xs]
     torch.cuda.synchronize()
     streams = [torch.cuda.Stream() for _ in xs]

@@ -2,14 +2,11 @@
 # Device session for the W8A8 prefill kernels (issue 15): one parallel build of the Sm90 candidates
 # of benchmarks/diag_prefill.py for every CASE (and act_quant), the SASS counts of the candidates,
 # then each CASE timed (candidates beside the plan's choice, outputs compared bit for bit).
-# Carry: .whl (nvidia-cutlass wheel).
+# Carry: .whl (nvidia-cutlass wheel), and .kcache (kernels built on the CPU machine) to skip the build.
 #   env: CASES    ';'-separated diag_prefill.py argument lists
 #        TESTS    pytest paths to run after the build (GPU tests), PYTEST_K
 set -uo pipefail
-[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+source benchmarks/device_env.sh  # the wheel, paths, $OUT, and a carried kernel cache (.kcache/)
 CASES=${CASES:-"--m 2048 --no-fp8 --candidates coop,coop_alt"}
 t0=$(date +%s)
 timeout 300 python3 - "$CASES" ${EXTRA_SPECS:-} <<'PY'

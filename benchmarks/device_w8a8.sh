@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # Device session for the W8A8 Sm90 kernels: build what the carried cache lacks, look at the SASS,
 # run the GPU tests (each stage under a hard timeout: a hung kernel must not eat the session), then
-# the benchmark. Carry: .whl (nvidia-cutlass wheel), .qgemm-cache (kernels built here).
-#   env: TESTS (pytest paths), PYTEST_K (-k expression), BENCH_ARGS, NCU=1 (profile one large call)
+# the benchmark. Carry: .whl (nvidia-cutlass wheel), .kcache (kernels built on the CPU machine).
+#   env: TESTS (pytest paths), PYTEST_K (-k expression), BENCH_ARGS, SANITIZE (tests/sanitize.py arguments),
+#        NCU_CASES, SKIP_BUILD=1
 set -uo pipefail
-[ -d /tmp/site/cutlass_library ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 QGEMM_CACHE_DIR=${QGEMM_CACHE_DIR:-$PWD/.qgemm-cache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+source benchmarks/device_env.sh  # the wheel, paths, $OUT, and a carried kernel cache (.kcache/)
 if [ -z "${SKIP_BUILD:-}" ]; then
   timeout 420 python3 benchmarks/prebuild_w8a8.py -j 16 2>&1 | tail -3
 fi
@@ -33,6 +31,10 @@ if [ -n "${NCU_CASES:-}" ]; then
       -c 2 python3 benchmarks/diag_w8a8.py $c > "$OUT/ncu_$i.txt" 2>&1
     echo "=== ncu $c"; grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Registers Per|Achieved Occupancy|Stall|Grid Size|Warp Cycles Per Issued" "$OUT/ncu_$i.txt" | head -40
   done
+fi
+if [ -n "${SANITIZE:-}" ]; then
+  timeout -s KILL ${SANITIZE_TIMEOUT:-240} python3 tests/sanitize.py $SANITIZE > "$OUT/sanitize.log" 2>&1
+  echo "sanitize rc=$?"; grep -E "SUMMARY|calls|PASS|FAIL" "$OUT/sanitize.log" | tail -12
 fi
 if [ -n "${BENCH_ARGS+x}" ]; then
   timeout -s KILL ${BENCH_TIMEOUT:-360} python3 benchmarks/bench_w8a8.py --json "$OUT/bench_w8a8.json" $BENCH_ARGS > "$OUT/bench_w8a8.log" 2>&1

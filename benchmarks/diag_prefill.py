@@ -39,6 +39,10 @@ CANDIDATES = {
     "pp": Candidate(**PINGPONG), "pp_c1x2": Candidate(**PINGPONG, cluster=(1, 2)),
     "coop_alt": Candidate(alternate=True), "coop_c2x1_alt": Candidate(cluster=(2, 1), alternate=True),
     "coop_sk": Candidate(scheduler="streamk"), "coop_sk_alt": Candidate(alternate=True, scheduler="streamk"),
+    # 256 x 128: each warp group runs and promotes two 64-row slices per block.
+    "coop256": Candidate(tile=(256, 128)), "coop256_c2x1": Candidate(tile=(256, 128), cluster=(2, 1)),
+    "coop256_c1x2": Candidate(tile=(256, 128), cluster=(1, 2)),
+    "coop256_sk": Candidate(tile=(256, 128), scheduler="streamk"),
 }
 
 

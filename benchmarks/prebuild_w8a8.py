@@ -27,6 +27,9 @@ def test_specs() -> list:
     specs += [W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32")]
     # test_stream_k: the asymmetric kernel without turns (the catalog's takes turns).
     specs += [W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16", "cooperative", "streamk")]
+    # test_256_row_tile: the 256 x 128 tile and the 128 x 128 one it is compared with, every output and epilogue.
+    specs += [W8A8Sm90Spec(tile, 128, "symmetric", output, epilogue=epilogue) for tile in ((256, 128), (128, 128))
+              for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]
     return specs
 
 

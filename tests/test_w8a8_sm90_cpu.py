@@ -68,7 +68,7 @@ def test_alternate_kernels():
     def choice(m, scheme, block_size=128):
         return heuristics.w8a8_sm90_choice(m, 4096, 4096, block_size, scheme, "f16", "clamp", 132).spec
 
-    assert choice(4096, "asymmetric").alternate and choice(128, "asymmetric").alternate
+    assert choice(4096, "asymmetric").alternate and choice(256, "asymmetric").alternate
     assert not choice(4096, "symmetric").alternate and not choice(4096, "asymmetric", 64).alternate
     assert not choice(16, "asymmetric").alternate  # swapped decode tile
     alternating = {s for s in catalog(90, W8A8Sm90Spec.family) if s.alternate}
@@ -104,8 +104,13 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
     (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
     (17, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
-    (65, 4096, (128, 128), False, "streamk"),     # 1 x 32 = 32 tiles for 132 SMs
-    (1024, 1024, (128, 128), False, "streamk"),   # 8 x 8 = 64 tiles
+    (65, 4096, (128, 32), True, "persistent"),    # 32 weight tiles x 3 token tiles fit 132 SMs
+    (128, 4096, (128, 32), True, "persistent"),   # 32 x 4 too
+    (128, 7168, (128, 64), True, "persistent"),   # 56 x 2 (56 x 4 do not)
+    (128, 12288, (128, 128), False, "persistent"),  # no swapped tile fits: 96 tiles, more than half the GPU
+    (256, 2112, (128, 128), False, "streamk"),    # 2 x 17 = 34 tiles: a quarter of the GPU
+    (1024, 1024, (128, 128), False, "streamk"),   # 8 x 8 = 64 tiles, under half the GPU
+    (1024, 1280, (128, 128), False, "persistent"),  # 8 x 10 = 80 tiles
     (4096, 4096, (256, 128), False, "persistent"),  # 16 x 32 tiles of 256 rows: 4 waves against 8 of 128
     (4096, 2112, (256, 128), False, "streamk"),   # 272 tiles of 256 rows: 2.06 waves, stream-K's fractional ones
     (300, 28672, (128, 128), False, "persistent"),  # 672 tiles of 128 rows (6 waves) against 448 of 256 (4)
@@ -120,7 +125,7 @@ def test_256_row_tile_by_waves():
     measurements are beside it): 256 x 128 persistent where its last wave is nearly full (the issue's
     shapes at M = 4096, Llama-3-8B's at M = 2048), 256 x 128 stream-K where it is nearly empty
     (2112 x 7168), 128 x 128 where 256 rows would pad M too much or the 128-row tiles do not fill the
-    GPU; never 256 rows for the asymmetric scheme (its kernel would spill)."""
+    GPU (persistent from half of it); never 256 rows for the asymmetric scheme (its kernel would spill)."""
     def pick(m, n, k, scheme="symmetric", sm_count=132):
         spec = heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, "f16", "clamp", sm_count).spec
         return spec.tile, spec.scheduler
@@ -131,7 +136,7 @@ def test_256_row_tile_by_waves():
     assert pick(4096, 2112, 7168) == ((256, 128), "streamk")
     for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
         assert pick(2048, n, k) == ((256, 128), "persistent")
-    assert pick(2048, 1024, 4096) == ((128, 128), "streamk")
+    assert pick(2048, 1024, 4096) == ((128, 128), "persistent")  # 128 tiles of 128 rows, 64 of 256
     # The waves move with the SM count: M = N = 2048 is one wave of 256-row tiles on 132 SMs; on 114,
     # two against three of 128 rows, but stream-K's 1.12 waves win.
     assert pick(2048, 2048, 1024) == ((256, 128), "persistent")

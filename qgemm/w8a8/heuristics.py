@@ -49,20 +49,36 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 
 # --- W8A8 on sm90 (register promotion per K-block, W8A8Sm90Spec) -------------------------------
 #
-# Provisional, to be set from benchmarks/bench_w8a8.py --sweep on an H100 (the FP8 family's rules,
-# whose kernels have the same structure, are the starting point):
+# Started from the FP8 family's rules (its kernels have the same structure); the swap range, the
+# stream-K fill and the 256-row tile are set from H100 measurements (below):
 #   * decode-sized M: swap A and B so the weight's rows fill the 128-row tile and the tokens a
 #     narrow tile N (16, 32, 64): the narrowest whose (weight tiles x token tiles) fit one wave,
 #     so every weight byte is read once from DRAM. Up to 16 tokens there is one token tile, and a
 #     weight of fewer than W8A8_SM90_DECODE_STREAMK_TILES row tiles (N = 4096: 32) would stream
 #     from only that many SMs: stream-K splits its K over the whole GPU;
+#     Up to W8A8_SM90_SWAP_ALWAYS_MAX_M rows a weight that fits no wave still takes the widest
+#     swapped tile; above, up to W8A8_SM90_SWAP_MAX_M, it takes the 128 x 128 kernel.
 #   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
 #     promotes its block product, the other's WGMMAs run; for the asymmetric scheme at block 128 in
-#     turns, w8a8_sm90_alternate), persistent; stream-K when the output tiles do not fill the GPU
-#     once (few tiles, deep K).
-W8A8_SM90_SWAP_MAX_M = 64
+#     turns, w8a8_sm90_alternate), persistent; stream-K when the output tiles fill less than
+#     W8A8_SM90_STREAMK_MAX_FILL of the GPU (few tiles, deep K); the symmetric scheme's 256-row tile
+#     from a wave of 128-row tiles on (_prefill_tile, below).
+#
+# The swapped tiles up to 128 rows and the stream-K fill were set from `bench_w8a8.py --sweep` (H100,
+# 2026-11-27, rotated weights, us, symmetric / asymmetric; the rule before in brackets):
+#   M = 128: 4096 x 4096  128x32 swapped 12.7 / 18.7   [128 x 128 stream-K 22.5 / 28.9]
+#            2112 x 7168  128x32 swapped 18.6 / 29.8   [stream-K 26.5 / 33.4]
+#            7168 x 2048  128x64 swapped 10.9 / 15.2   [stream-K 17.0 / 23.9]
+#            12288 x 4096 (no swapped tile fits a wave: 128x64 32.0 / 52.4) 128 x 128 persistent
+#                         27.2 / 42.6   [stream-K 26.1 / 55.7]
+#   M = 256: 7168 x 2048  (112 tiles) persistent 13.0 / 22.9   [stream-K 14.1 / 30.7]
+#            2112 x 7168  (34 tiles) stream-K 22.7 / 41.8 (persistent 29.7 / 69.9)
+#   M = 2048, 1024 x 4096 (128 tiles): persistent 19.8 against stream-K 21.5 (diag_prefill.py).
+W8A8_SM90_SWAP_ALWAYS_MAX_M = 64
+W8A8_SM90_SWAP_MAX_M = 128
 W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
 W8A8_SM90_DECODE_STREAMK_TILES = 132
+W8A8_SM90_STREAMK_MAX_FILL = 0.5
 
 
 @dataclass(frozen=True)
@@ -96,12 +112,15 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return pick((128, 16), True, "streamk" if streamk else "persistent")
     if m <= W8A8_SM90_SWAP_MAX_M:
         swap_tiles = [t for t in W8A8_SM90_SWAP_TILES_N if ((128, t), True, "persistent") in available]
+        if m > W8A8_SM90_SWAP_ALWAYS_MAX_M:  # measured with 2 and 4 token tiles (32 and 64 wide) only
+            swap_tiles = [t for t in swap_tiles if 4 * t >= m]
         fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
-        return pick((128, fits[0] if fits else swap_tiles[-1]), True)
+        if fits or m <= W8A8_SM90_SWAP_ALWAYS_MAX_M:
+            return pick((128, fits[0] if fits else swap_tiles[-1]), True)
     tiles = -(-m // 128) * weight_tiles
     if ((256, 128), False, "persistent") in available and tiles >= sm_count:
         return pick(*_prefill_tile(tiles, -(-m // 256) * weight_tiles, sm_count))
-    return pick((128, 128), False, "streamk" if tiles < sm_count else "persistent")
+    return pick((128, 128), False, "streamk" if tiles < W8A8_SM90_STREAMK_MAX_FILL * sm_count else "persistent")
 
 
 # The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100

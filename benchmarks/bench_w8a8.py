@@ -61,7 +61,7 @@ def sweep_shape(n: int, k: int, ms) -> list[dict]:
             xq = qgemm.quantize_activations(x, 128, symmetric=scheme == "symmetric")
             times = {}
             for spec in specs:
-                for splits in ((0, 2, 4) if spec.scheduler == "streamk" else (0,)):
+                for splits in ((0, 2, 4, 8) if spec.scheduler == "streamk" else (0,)):
                     choice = heuristics.W8A8Sm90Choice(spec, splits=splits)
                     label = f"{spec.tile[0]}x{spec.tile[1]}{'s' if spec.swap_ab else ''}-{spec.scheduler[:2]}{splits}"
                     times[label] = timed_rotating([lambda p=p, c=choice: p.gemm(xq, choice=c) for p in plans])

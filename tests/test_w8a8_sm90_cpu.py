@@ -99,7 +99,8 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
 
 
 @pytest.mark.parametrize("m, n, tile, swap_ab, scheduler", [
-    (1, 4096, (128, 16), True, "streamk"),       # 32 weight tiles: K split over the GPU
+    (1, 4096, (128, 16), True, "persistent"),    # 32 weight tiles: measured faster than split-K
+    (16, 2112, (128, 16), True, "streamk"),      # 17: split-K
     (16, 28672, (128, 16), True, "persistent"),   # 224 weight tiles fill it
     (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
     (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
@@ -118,6 +119,22 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
 def test_heuristic(m, n, tile, swap_ab, scheduler):
     choice = heuristics.w8a8_sm90_choice(m, n, 4096, 128, "symmetric", "f16", "clamp", 132)
     assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
+
+
+def test_decode_split_k_by_scheme():
+    """Up to 16 rows: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel below
+    W8A8_SM90_DECODE_STREAMK_TILES[scheme] weight row tiles (more for the asymmetric scheme), the
+    persistent kernel above; block sizes without a stream-K kernel stay persistent, without splits."""
+    def choice(n, scheme, block_size=128):
+        return heuristics.w8a8_sm90_choice(16, n, 4096, block_size, scheme, "f16", "clamp", 132)
+
+    for n, scheme, streamk in ((2112, "symmetric", True), (4096, "symmetric", False), (2112, "asymmetric", True),
+                               (4096, "asymmetric", True), (7168, "asymmetric", False)):
+        c = choice(n, scheme)
+        assert (c.spec.scheduler, c.splits) == (("streamk", heuristics.W8A8_SM90_DECODE_SPLITS) if streamk
+                                                else ("persistent", 0)), (n, scheme)
+    c = choice(2112, "asymmetric", 64)
+    assert (c.spec.scheduler, c.splits) == ("persistent", 0)
 
 
 def test_256_row_tile_by_waves():

@@ -123,16 +123,19 @@ def test_heuristic(m, n, tile, swap_ab, scheduler):
 
 def test_decode_split_k_by_scheme():
     """Up to 16 rows: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel below
-    W8A8_SM90_DECODE_STREAMK_TILES[scheme] weight row tiles (more for the asymmetric scheme), the
-    persistent kernel above; block sizes without a stream-K kernel stay persistent, without splits."""
+    W8A8_SM90_DECODE_SPLITK_TILES[scheme] weight row tiles (more for the asymmetric scheme); then the
+    persistent kernel for the symmetric scheme, CUTLASS's stream-K below the SM count for the
+    asymmetric one; block sizes without a stream-K kernel stay persistent, without splits."""
     def choice(n, scheme, block_size=128):
         return heuristics.w8a8_sm90_choice(16, n, 4096, block_size, scheme, "f16", "clamp", 132)
 
-    for n, scheme, streamk in ((2112, "symmetric", True), (4096, "symmetric", False), (2112, "asymmetric", True),
-                               (4096, "asymmetric", True), (7168, "asymmetric", False)):
+    split = ("streamk", heuristics.W8A8_SM90_DECODE_SPLITS)
+    for n, scheme, expected in ((2112, "symmetric", split), (4096, "symmetric", ("persistent", 0)),
+                                (8192, "symmetric", ("persistent", 0)), (2112, "asymmetric", split),
+                                (4096, "asymmetric", split), (8192, "asymmetric", ("streamk", 0)),
+                                (28672, "asymmetric", ("persistent", 0))):
         c = choice(n, scheme)
-        assert (c.spec.scheduler, c.splits) == (("streamk", heuristics.W8A8_SM90_DECODE_SPLITS) if streamk
-                                                else ("persistent", 0)), (n, scheme)
+        assert (c.spec.scheduler, c.splits) == expected, (n, scheme)
     c = choice(2112, "asymmetric", 64)
     assert (c.spec.scheduler, c.splits) == ("persistent", 0)
 

@@ -54,16 +54,20 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #   * decode-sized M: swap A and B so the weight's rows fill the 128-row tile and the tokens a
 #     narrow tile N (16, 32, 64): the narrowest whose (weight tiles x token tiles) fit one wave,
 #     so every weight byte is read once from DRAM. Up to 16 tokens there is one token tile, and a
-#     weight of fewer than W8A8_SM90_DECODE_STREAMK_TILES[scheme] row tiles would stream from only
-#     that many SMs: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel spreads it. Measured
-#     (bench_w8a8.py --sweep, H100, 2026-11-27, M = 1 and 16 alike, us, symmetric / asymmetric):
+#     weight of fewer than W8A8_SM90_DECODE_SPLITK_TILES[scheme] row tiles would stream from only
+#     that many SMs: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel spreads it; below
+#     W8A8_SM90_DECODE_STREAMK_TILES[scheme] (and the SM count) CUTLASS's stream-K decomposition
+#     does. Measured (bench_w8a8.py --sweep, H100, 2026-11-27, M = 1 and 16 alike, us, symmetric /
+#     asymmetric):
 #       N x K          row tiles  persistent    CUTLASS's stream-K  split-K 2     split-K 4
 #       2112 x 7168    17         16.6 / 34.3   17.1 / 18.3         15.7 / 22.1   15.3 / 16.7
 #       4096 x 4096    32         11.7 / 20.5   15.1 / 16.7         14.1 / 16.2   15.1 / 16.8
 #       7168 x 2048    56         8.8 / 11.8    12.4 / 14.1         12.4 / 14.1   14.1 / 15.6
 #       12288 x 4096   96         21.8 / 24.0   21.3 / 23.5         25.9 / 30.0   27.3 / 29.2
+#       8192 x 28672   64         82.3 / 122.3  88.1 / 98.9
 #     (before: CUTLASS's stream-K below 132 row tiles). The asymmetric scheme's heavier promotion
-#     keeps it on split-K up to more tiles.
+#     keeps it on split-K up to more tiles, and on CUTLASS's stream-K below the SM count (7168 x 2048
+#     would run 2.3 us faster persistent, 8192 x 28672 24 us slower).
 #     Up to W8A8_SM90_SWAP_ALWAYS_MAX_M rows a weight that fits no wave still takes the widest
 #     swapped tile; above, up to W8A8_SM90_SWAP_MAX_M, it takes the 128 x 128 kernel.
 #   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
@@ -85,8 +89,9 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 W8A8_SM90_SWAP_ALWAYS_MAX_M = 64
 W8A8_SM90_SWAP_MAX_M = 128
 W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
-W8A8_SM90_DECODE_STREAMK_TILES = {"symmetric": 24, "asymmetric": 48}
+W8A8_SM90_DECODE_SPLITK_TILES = {"symmetric": 24, "asymmetric": 48}
 W8A8_SM90_DECODE_SPLITS = 4
+W8A8_SM90_DECODE_STREAMK_TILES = {"symmetric": 0, "asymmetric": 132}
 W8A8_SM90_STREAMK_MAX_FILL = 0.5
 
 
@@ -117,8 +122,10 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 
     weight_tiles = -(-n // 128)
     if m <= W8A8_SM90_SWAP_TILES_N[0]:
-        if weight_tiles < min(sm_count, W8A8_SM90_DECODE_STREAMK_TILES[scheme]):
+        if weight_tiles < min(sm_count, W8A8_SM90_DECODE_SPLITK_TILES[scheme]):
             return pick((128, 16), True, "streamk", W8A8_SM90_DECODE_SPLITS)
+        if weight_tiles < min(sm_count, W8A8_SM90_DECODE_STREAMK_TILES[scheme]):
+            return pick((128, 16), True, "streamk")
         return pick((128, 16), True)
     if m <= W8A8_SM90_SWAP_MAX_M:
         swap_tiles = [t for t in W8A8_SM90_SWAP_TILES_N if ((128, t), True, "persistent") in available]

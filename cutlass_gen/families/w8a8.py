@@ -337,7 +337,7 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 # the GPU). Other outputs and the SiLU epilogue are built on first use.
 # (tile, swap_ab, scheduler)
 _W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk"), ((128, 32), True, "persistent"),
-                     ((128, 64), True, "persistent")]
+                     ((128, 32), True, "streamk"), ((128, 64), True, "persistent")]
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
 # The symmetric scheme also has the 256 x 128 tile (each warp group's two 64-row slices in turn), for
 # outputs of at least a wave of such tiles, persistent or stream-K (qgemm.w8a8.heuristics.w8a8_sm90_choice).

@@ -121,6 +121,25 @@ def test_heuristic(m, n, tile, swap_ab, scheduler):
     assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
 
 
+def test_swapped_tiles_17_to_64_rows_by_scheme():
+    """17-64 rows: the asymmetric scheme's narrowest swapped tile is 32 tokens (the symmetric one's 16),
+    and a tile of fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs runs CUTLASS's stream-K."""
+    def pick(m, n, scheme):
+        spec = heuristics.w8a8_sm90_choice(m, n, 7168, 128, scheme, "f16", "clamp", 132).spec
+        assert spec.swap_ab
+        return spec.tile[1], spec.scheduler
+
+    assert pick(32, 2112, "symmetric") == (16, "streamk")      # 17 x 2 = 34 CTAs
+    assert pick(64, 2112, "symmetric") == (16, "persistent")   # 68
+    assert pick(32, 4096, "symmetric") == (16, "persistent")   # 64
+    assert pick(32, 2112, "asymmetric") == (32, "streamk")     # 17
+    assert pick(64, 2112, "asymmetric") == (32, "streamk")     # 34
+    assert pick(64, 4096, "asymmetric") == (32, "persistent")  # 64
+    assert pick(32, 8192, "asymmetric") == (32, "persistent")  # 64
+    assert {(s.tile, s.scheduler) for s in catalog(90, W8A8Sm90Spec.family) if s.swap_ab and s.block_size == 128
+            and s.scheduler == "streamk"} == {((128, 16), "streamk"), ((128, 32), "streamk")}
+
+
 def test_decode_split_k_by_scheme():
     """Up to 16 rows: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel below
     W8A8_SM90_DECODE_SPLITK_TILES[scheme] weight row tiles (more for the asymmetric scheme); then the

@@ -86,6 +86,15 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #   M = 256: 7168 x 2048  (112 tiles) persistent 13.0 / 22.9   [stream-K 14.1 / 30.7]
 #            2112 x 7168  (34 tiles) stream-K 22.7 / 41.8 (persistent 29.7 / 69.9)
 #   M = 2048, 1024 x 4096 (128 tiles): persistent 19.8 against stream-K 21.5 (diag_prefill.py).
+# 17-64 rows (bench_w8a8.py --sweep, H100, 2026-11-27, us, M = 32 unless named): the asymmetric scheme
+# runs faster on 32-token tiles than on 16 (4096 x 4096 18.7 against 20.5, 8192 x 28672 109.6 against
+# 127.8, M = 64 4096 x 4096 18.8 against 20.3), the symmetric one as fast or faster on 16 (4096 x 4096
+# 11.8 against 12.8); and fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs take CUTLASS's stream-K
+# (2112 x 7168: symmetric 16-token 15.2 against 17.4 persistent; asymmetric 32-token 20.0 against
+# 29.8, M = 64 22.2 against 29.7; 4096 x 4096 at M = 64, 64 CTAs: persistent 11.6 / 18.8 against
+# stream-K 12.3 / 22.8).
+W8A8_SM90_SWAP_MIN_TILE_N = {"symmetric": 16, "asymmetric": 32}
+W8A8_SM90_SWAP_STREAMK_CTAS = 48
 W8A8_SM90_SWAP_ALWAYS_MAX_M = 64
 W8A8_SM90_SWAP_MAX_M = 128
 W8A8_SM90_SWAP_TILES_N = (16, 32, 64)
@@ -129,11 +138,15 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return pick((128, 16), True)
     if m <= W8A8_SM90_SWAP_MAX_M:
         swap_tiles = [t for t in W8A8_SM90_SWAP_TILES_N if ((128, t), True, "persistent") in available]
+        narrowest = W8A8_SM90_SWAP_MIN_TILE_N[scheme]
+        swap_tiles = [t for t in swap_tiles if t >= narrowest] or swap_tiles[-1:]
         if m > W8A8_SM90_SWAP_ALWAYS_MAX_M:  # measured with 2 and 4 token tiles (32 and 64 wide) only
             swap_tiles = [t for t in swap_tiles if 4 * t >= m]
         fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
         if fits or m <= W8A8_SM90_SWAP_ALWAYS_MAX_M:
-            return pick((128, fits[0] if fits else swap_tiles[-1]), True)
+            tile = fits[0] if fits else swap_tiles[-1]
+            few = weight_tiles * -(-m // tile) < W8A8_SM90_SWAP_STREAMK_CTAS
+            return pick((128, tile), True, "streamk" if few else "persistent")
     tiles = -(-m // 128) * weight_tiles
     if ((256, 128), False, "persistent") in available and tiles >= sm_count:
         return pick(*_prefill_tile(tiles, -(-m // 256) * weight_tiles, sm_count))

@@ -16,7 +16,7 @@ from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate
 
 def test_specs() -> list:
     """tests/test_w8a8_sm90_gpu.py beyond the catalog: bias/activation over every output and both
-    epilogues (M = 33: the swapped 128 x 16 tile), deep K in FP32 (stream-K 128 x 128), the chained
+    epilogues (M = 33: swapped tiles), deep K in FP32 (stream-K 128 x 128), the chained
     path's agreement test (block 64, FP32), stream-K without turns."""
     specs = [W8A8Sm90Spec((128, 16), 128, scheme, output, "cooperative", "persistent", True, epilogue)
              for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
@@ -27,6 +27,11 @@ def test_specs() -> list:
     specs += [W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32")]
     # test_stream_k: the asymmetric kernel without turns (the catalog's takes turns).
     specs += [W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16", "cooperative", "streamk")]
+    # Plans of small N at 17-128 rows take the swapped stream-K kernels (a few CTAs): test_bias_activation_outputs
+    # (M = 33, N = 264) and the NaN tests, over every output and epilogue.
+    specs += [W8A8Sm90Spec((128, tn), 128, scheme, output, "cooperative", "streamk", True, epilogue)
+              for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
+              for epilogue in ("clamp", "silu")]
     # test_256_row_tile: the 256 x 128 tile and the 128 x 128 one it is compared with, every output and epilogue.
     specs += [W8A8Sm90Spec(tile, 128, "symmetric", output, epilogue=epilogue) for tile in ((256, 128), (128, 128))
               for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]

@@ -24,6 +24,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "qgemm/abi_exports.h"
+#include "qgemm/pdl.h"
 
 namespace qgemm_kernel {
 
@@ -126,6 +127,9 @@ struct Adapter {
   }
 
   static __device__ void run(Params const& p, char*) {
+    // The GEMM that reads these codes may launch now (programmatically, sm90: it waits for this whole
+    // grid before its loads), so its CTAs set up while these run. A no-op below sm90.
+    qgemm::pdl::let_next_grid_start();
     int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
     if (warp >= p.m * p.blocks_per_row) return;  // whole warps exit together
     int row = warp / p.blocks_per_row;

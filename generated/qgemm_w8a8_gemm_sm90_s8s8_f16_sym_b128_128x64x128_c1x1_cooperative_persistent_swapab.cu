@@ -37,6 +37,16 @@
 //   scalar[0..1]   clamp bounds (none: -inf, inf; ReLU: 0, inf; ReLU6: 0, 6)
 
 //   sm_count       multiprocessors, for the persistent grid
+//
+// Programmatic dependent launch (W8A8Sm90Spec.programmatic_launch), as in fpaintb_gemm_sm90.cu.j2: with
+// CUTLASS_GDC_ENABLED (defined for the sm_90a device pass; CUTLASS_ENABLE_GDC_FOR_SM90 does not compile
+// with the stream-K scheduler in CUTLASS 4.2), CUTLASS's TMA warp waits for the stream's previous kernel
+// before its first load, and the collective's vector warp before its first (sm90_block_promote.hpp).
+// The consumers touch global memory only after data those loads bring. Adapter::run lets the next
+// kernel launch.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CUTLASS_GDC_ENABLED
+#endif
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "cute/tensor.hpp"
@@ -50,6 +60,7 @@
 #include "cutlass/epilogue/thread/activation.h"
 
 #include "qgemm/abi_exports.h"
+#include "qgemm/pdl.h"
 #include "qgemm/w8a8/sm90_block_promote.hpp"
 
 // A named namespace, not an anonymous one: nvcc's host stub cannot name this kernel's
@@ -208,6 +219,9 @@ struct Adapter {
   }
 
   static __device__ void run(Params const& params, char* smem) {
+    // The stream's next kernel may launch now; launched programmatically, it waits for this whole grid
+    // before its own loads.
+    qgemm::pdl::let_next_grid_start();
     Kernel kernel;
     kernel(params, smem);
   }

@@ -19,7 +19,8 @@ DECODE = FpAIntBGemvSpec("f16", 4, arch=80, stream=True, n_tiles=2, warps_k=8, p
     (DECODE, 80, False),                                  # the sm80 build has no griddepcontrol
     (FpAIntBGemvSpec("f16", 4), 90, False),               # the B-operand small-M kernel does not wait
     (FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 90, False),
-    (W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"), 90, False),
+    (W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"), 90, True),   # CUTLASS's GDC, and its vector warp waits
+    (W8A8Sm90Spec((256, 128), 128, "symmetric", "bf16", scheduler="streamk"), 90, True),
     (FpAIntBSm90Spec("f16", 4, (128, 16), tile_k=128, mainloop="ahead", ctas_per_sm=2), 90, True),  # CUTLASS's GDC
     (FpAIntBSm90Spec("bf16", 8, (128, 128)), 90, True),
     (W8A8GemvSpec("f16", "symmetric", "f16"), 90, True),   # the fused W8A8 decode kernel waits too

@@ -3,6 +3,7 @@ and argument checks, and a compiled kernel's host library (plan and Params witho
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from cutlass_gen.families.w8a8 import W8A8Sm90Spec
 from qgemm import _checks, reference
 from qgemm.w8a8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -181,6 +184,23 @@ def test_256_row_tile_by_waves():
     assert pick(2048, 2048, 1024) == ((256, 128), "persistent")
     assert pick(2048, 2048, 1024, sm_count=114) == ((256, 128), "streamk")
     assert all(s.scheme == "symmetric" for s in catalog(90, W8A8Sm90Spec.family) if s.tile == (256, 128))
+
+
+def test_every_kernel_is_built_for_programmatic_launch():
+    """CUTLASS's kernel waits for the previous kernel (griddepcontrol.wait) in its TMA warp only with
+    CUTLASS_GDC_ENABLED, defined before its headers; the collective's vector warp waits itself (CUTLASS's
+    cooperative kernel does not wait there). The spec then asks for programmatic launch, and act_quant,
+    the kernel before it in plan(x), lets it start."""
+    promote = (ROOT / "templates/include/qgemm/w8a8/sm90_block_promote.hpp").read_text()
+    aux = promote[promote.index("CUTLASS_DEVICE void load_auxiliary("):]
+    assert aux.index("qgemm::pdl::wait_for_previous_grid();") < aux.index("cp_async_float(")
+    for spec in catalog(90, W8A8Sm90Spec.family):
+        src = render(spec).source
+        assert spec.programmatic_launch
+        assert src.index("#define CUTLASS_GDC_ENABLED") < src.index("#include \"cutlass/cutlass.h\"")
+        assert "qgemm::pdl::let_next_grid_start();" in src
+    for spec in catalog(90, "act_quant"):
+        assert "qgemm::pdl::let_next_grid_start();" in render(spec).source and not spec.programmatic_launch
 
 
 def test_render_names_the_slots():

@@ -218,6 +218,40 @@ def test_cuda_graph_and_two_streams(scheme, n, ms):
         assert torch.equal(o, expected[i % 2])
 
 
+@pytest.mark.parametrize("scheme, m, tile, swap_ab, scheduler, splits", [
+    ("symmetric", 16, (128, 16), True, "streamk", 4),      # the decode split-K: partials between CTAs
+    ("asymmetric", 16, (128, 16), True, "persistent", 0),
+    ("asymmetric", 64, (128, 32), True, "streamk", 0),
+    ("symmetric", 300, (128, 128), False, "persistent", 0),
+    ("asymmetric", 300, (128, 128), False, "streamk", 0),  # warp groups in turns, stream-K fix-up
+    ("symmetric", 300, (256, 128), False, "streamk", 3),
+])
+def test_programmatic_launch_chain(scheme, m, tile, swap_ab, scheduler, splits):
+    """The Sm90 kernels are launched with programmatic stream serialization after act_quant, which lets
+    them start early: their TMA and vector warps wait for it before any load. A chain where each link
+    quantizes the previous link's output and multiplies it (eager, with torch kernels between every
+    other pair of links, and captured in a CUDA graph) must equal the same chain with the GPU
+    synchronized after every call: a missing wait would read half-written codes or scales."""
+    from gpu_util import check_dependent_chain
+    from qgemm import _runtime
+    from cutlass_gen.families.w8a8 import w8a8_sm90_alternate
+    n = k = 1024
+    symmetric = scheme == "symmetric"
+    # Weights scaled so that two links in a row stay well inside FP16.
+    plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k, seed=60 + i) * 0.02, 128, scheme=scheme),
+                                out_dtype=torch.float16) for i in range(3)]
+    spec = W8A8Sm90Spec(tile, 128, scheme, "f16", "cooperative", scheduler, swap_ab,
+                        alternate=w8a8_sm90_alternate(scheme, 128, tile, swap_ab))
+    assert spec.programmatic_launch
+    assert _runtime.get_kernel(spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
+    choice = heuristics.W8A8Sm90Choice(spec, splits=splits)
+
+    def link(i, y):
+        return plans[i % 3].gemm(qgemm.quantize_activations(y, 128, symmetric=symmetric), choice=choice)
+
+    check_dependent_chain(link, randn(m, k, dtype=torch.float16, seed=7))
+
+
 def test_chained_reference_path_agrees():
     """The reference path (launch_mode='chained') and the Sm90 kernel compute the same GEMM."""
     m, n, k = 77, 264, 1024

@@ -159,6 +159,12 @@ class W8A8Sm90Spec(KernelSpec):
         return self.EPILOGUES[self.epilogue]
 
     @property
+    def programmatic_launch(self) -> bool:
+        """CUTLASS's TMA warp and the collective's vector warp wait for the previous kernel before any
+        load (built with CUTLASS_GDC_ENABLED; the template says why the consumers need no wait)."""
+        return True
+
+    @property
     def weight_scale_per_tile(self) -> bool:
         """Symmetric weights have one scale per 128 rows: a weight tile extent dividing 128 reads one."""
         weight_extent = self.tile[0] if self.swap_ab else self.tile[1]

@@ -39,6 +39,7 @@
 #include "cute/arch/copy_sm90.hpp"
 #include "cute/atom/mma_atom.hpp"
 #include "cute/tensor.hpp"
+#include "qgemm/pdl.h"
 
 namespace qgemm::w8a8 {
 
@@ -336,6 +337,10 @@ struct Sm90BlockPromoteMma {
                                      cute::tuple<TensorA, TensorB> const&, BlockCoord const& blk_coord,
                                      KTileIterator k_tile_iter, int k_tile_count, int lane, uint32_t,
                                      TensorStorage& shared_tensors) {
+    // The activation vectors may be the previous kernel's output (act_quant): under programmatic
+    // launch, wait for it. CUTLASS 4.2's cooperative kernel waits in its TMA warp only (its ping-pong
+    // kernel in this one too). In a plain launch the wait returns at once.
+    qgemm::pdl::wait_for_previous_grid();
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
     int row0 = int(m_coord) * kTileM;
     int col0 = int(n_coord) * kTileN;

@@ -20,7 +20,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate
 from qgemm import reference
 from qgemm.w8a8 import heuristics
 
@@ -234,7 +234,6 @@ def test_programmatic_launch_chain(scheme, m, tile, swap_ab, scheduler, splits):
     synchronized after every call: a missing wait would read half-written codes or scales."""
     from gpu_util import check_dependent_chain
     from qgemm import _runtime
-    from cutlass_gen.families.w8a8 import w8a8_sm90_alternate
     n = k = 1024
     symmetric = scheme == "symmetric"
     # Weights scaled so that two links in a row stay well inside FP16.

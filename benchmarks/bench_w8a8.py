@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 import torch
 
@@ -42,16 +43,17 @@ from qgemm.bench.w8a8 import MS, SHAPES as SHAPES_NK
 
 
 
-def sweep_shape(n: int, k: int, ms) -> list[dict]:
+def sweep_shape(n: int, k: int, ms, match: str = "", schemes=("symmetric", "asymmetric")) -> list[dict]:
     """Every Sm90 catalog kernel of the symmetric and asymmetric schemes (block 128, FP16), forced by
-    choice=, rotated weights: the table heuristics.w8a8_sm90_choice is set from."""
+    choice=, rotated weights: the table heuristics.w8a8_sm90_choice is set from. `match`: only the
+    kernels whose label (e.g. 128x16s-st4: tile, s for swapped, scheduler, split-K slices) it finds."""
     from cutlass_gen.catalog import catalog
     from cutlass_gen.families.w8a8 import W8A8Sm90Spec
     torch.manual_seed(0)
     w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
     copies = rotation_count(n * k)
     out = []
-    for scheme in ("symmetric", "asymmetric"):
+    for scheme in schemes:
         plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16)
                  for _ in range(copies)]
         specs = [s for s in catalog(90, W8A8Sm90Spec.family)
@@ -64,6 +66,8 @@ def sweep_shape(n: int, k: int, ms) -> list[dict]:
                 for splits in ((0, 2, 4, 8) if spec.scheduler == "streamk" else (0,)):
                     choice = heuristics.W8A8Sm90Choice(spec, splits=splits)
                     label = f"{spec.tile[0]}x{spec.tile[1]}{'s' if spec.swap_ab else ''}-{spec.scheduler[:2]}{splits}"
+                    if match and not re.search(match, label):
+                        continue
                     times[label] = timed_rotating([lambda p=p, c=choice: p.gemm(xq, choice=c) for p in plans])
             best = min(times, key=lambda t: times[t] if not math.isnan(times[t]) else math.inf)
             chosen = plans[0].kernel_spec(m)
@@ -87,7 +91,7 @@ def sweep_promote_shape(n: int, k: int, ms) -> list[dict]:
     w = torch.randn(n, k, device="cuda") * 0.5 + 0.1
     copies = rotation_count(n * k)
     out = []
-    for scheme in ("symmetric", "asymmetric"):
+    for scheme in schemes:
         plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16,
                                     launch_mode="promote") for _ in range(copies)]
         specs = [s for s in catalog(target, W8A8PromoteSpec.family) if (s.scheme, s.output) == (scheme, "f16")]
@@ -159,6 +163,8 @@ def main():
     ap.add_argument("--m", action="append", type=int, help="only these M")
     ap.add_argument("--sweep", action="store_true", help="also time every Sm90 catalog kernel per M")
     ap.add_argument("--sweep-m", action="append", type=int, help="sweep only these M (default: the benchmark's)")
+    ap.add_argument("--sweep-match", default="", help="sweep only the kernels whose label matches (regex)")
+    ap.add_argument("--sweep-scheme", action="append", choices=("symmetric", "asymmetric"), help="sweep only these schemes")
     ap.add_argument("--sweep-promote", action="store_true", help="also time every promote (Sm80) catalog kernel per M")
     ap.add_argument("--no-table", action="store_true", help="skip the main table (with --sweep/--sweep-promote)")
     ap.add_argument("--decode", action="store_true",
@@ -180,7 +186,7 @@ def main():
     rows, sweep = result["rows"], []
     if args.sweep:
         for n, k in shapes:
-            sweep += sweep_shape(n, k, args.sweep_m or ms)
+            sweep += sweep_shape(n, k, args.sweep_m or ms, args.sweep_match, args.sweep_scheme or ("symmetric", "asymmetric"))
     if args.sweep_promote:
         for n, k in shapes:
             sweep += sweep_promote_shape(n, k, args.sweep_m or ms)

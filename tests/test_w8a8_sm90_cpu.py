@@ -102,12 +102,14 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
 
 
 @pytest.mark.parametrize("m, n, tile, swap_ab, scheduler", [
-    (1, 4096, (128, 16), True, "persistent"),    # 32 weight tiles: measured faster than split-K
-    (16, 2112, (128, 16), True, "streamk"),      # 17: split-K
-    (16, 28672, (128, 16), True, "persistent"),   # 224 weight tiles fill it
+    (1, 4096, (64, 16), True, "persistent"),     # up to 32 rows: the 64-row pingpong tiles, any N
+    (16, 2112, (64, 16), True, "persistent"),
+    (16, 28672, (64, 16), True, "persistent"),
+    (17, 28672, (64, 32), True, "persistent"),
+    (32, 2112, (64, 32), True, "persistent"),
     (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
     (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
-    (17, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
+    (33, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 32), True, "persistent"),    # 32 weight tiles x 3 token tiles fit 132 SMs
     (128, 4096, (128, 32), True, "persistent"),   # 32 x 4 too
     (128, 7168, (128, 64), True, "persistent"),   # 56 x 2 (56 x 4 do not)
@@ -121,45 +123,73 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
 ])
 def test_heuristic(m, n, tile, swap_ab, scheduler):
     choice = heuristics.w8a8_sm90_choice(m, n, 4096, 128, "symmetric", "f16", "clamp", 132)
+    assert choice.spec.schedule == ("pingpong" if tile[0] == 64 else "cooperative")
     assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
 
 
 def test_swapped_tiles_17_to_64_rows_by_scheme():
-    """17-64 rows: the asymmetric scheme's narrowest swapped tile is 32 tokens (the symmetric one's 16),
-    and a tile of fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs runs CUTLASS's stream-K."""
+    """17-64 rows, where the 64-row pingpong tile does not apply (test_pingpong_tiles_up_to_32_rows): the
+    asymmetric scheme's narrowest 128-row swapped tile is 32 tokens (the symmetric one's 16), and a
+    tile of fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs runs CUTLASS's stream-K."""
     def pick(m, n, scheme):
         spec = heuristics.w8a8_sm90_choice(m, n, 7168, 128, scheme, "f16", "clamp", 132).spec
         assert spec.swap_ab
         return spec.tile[1], spec.scheduler
 
-    assert pick(32, 2112, "symmetric") == (16, "streamk")      # 17 x 2 = 34 CTAs
+    assert pick(40, 1024, "symmetric") == (16, "streamk")      # 8 x 3 = 24 CTAs
     assert pick(64, 2112, "symmetric") == (16, "persistent")   # 68
-    assert pick(32, 4096, "symmetric") == (16, "persistent")   # 64
-    assert pick(32, 2112, "asymmetric") == (32, "streamk")     # 17
+    assert pick(48, 4096, "symmetric") == (16, "persistent")   # 96
+    assert pick(40, 2112, "asymmetric") == (32, "streamk")     # 17 x 2 = 34
     assert pick(64, 2112, "asymmetric") == (32, "streamk")     # 34
     assert pick(64, 4096, "asymmetric") == (32, "persistent")  # 64
-    assert pick(32, 8192, "asymmetric") == (32, "persistent")  # 64
+    assert pick(48, 8192, "asymmetric") == (32, "persistent")  # 128
+    assert pick(32, 12288, "asymmetric") == (32, "persistent")  # 192 pingpong tiles: more than the SMs
     assert {(s.tile, s.scheduler) for s in catalog(90, W8A8Sm90Spec.family) if s.swap_ab and s.block_size == 128
             and s.scheduler == "streamk"} == {((128, 16), "streamk"), ((128, 32), "streamk")}
 
 
 def test_decode_split_k_by_scheme():
-    """Up to 16 rows: split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel below
-    W8A8_SM90_DECODE_SPLITK_TILES[scheme] weight row tiles (more for the asymmetric scheme); then the
-    persistent kernel for the symmetric scheme, CUTLASS's stream-K below the SM count for the
-    asymmetric one; block sizes without a stream-K kernel stay persistent, without splits."""
-    def choice(n, scheme, block_size=128):
-        return heuristics.w8a8_sm90_choice(16, n, 4096, block_size, scheme, "f16", "clamp", 132)
+    """Up to 16 rows, where the 64-row pingpong tile does not apply (the asymmetric scheme outside its
+    range, block sizes other than 128): split-K into W8A8_SM90_DECODE_SPLITS on the stream-K kernel
+    below W8A8_SM90_DECODE_SPLITK_TILES weight row tiles; then CUTLASS's stream-K below the SM count;
+    block sizes without a stream-K kernel stay persistent, without splits."""
+    def choice(n, k, block_size=128):
+        return heuristics.w8a8_sm90_choice(16, n, k, block_size, "asymmetric", "f16", "clamp", 132)
 
     split = ("streamk", heuristics.W8A8_SM90_DECODE_SPLITS)
-    for n, scheme, expected in ((2112, "symmetric", split), (4096, "symmetric", ("persistent", 0)),
-                                (8192, "symmetric", ("persistent", 0)), (2112, "asymmetric", split),
-                                (4096, "asymmetric", split), (8192, "asymmetric", ("streamk", 0)),
-                                (28672, "asymmetric", ("persistent", 0))):
-        c = choice(n, scheme)
-        assert (c.spec.scheduler, c.splits) == expected, (n, scheme)
-    c = choice(2112, "asymmetric", 64)
-    assert (c.spec.scheduler, c.splits) == ("persistent", 0)
+    for n, k, expected in ((2112, 4096, split), (4096, 14336, split), (8192, 14336, ("streamk", 0)),
+                           (28672, 4096, ("persistent", 0))):
+        c = choice(n, k)
+        assert c.spec.tile == (128, 16) and (c.spec.scheduler, c.splits) == expected, (n, k)
+    c = choice(2112, 4096, 64)
+    assert (c.spec.tile, c.spec.scheduler, c.splits) == ((128, 16), "persistent", 0)
+    assert heuristics.W8A8_SM90_DECODE_SPLITK_TILES["symmetric"] <= heuristics.W8A8_SM90_DECODE_SPLITK_TILES["asymmetric"]
+
+
+@pytest.mark.parametrize("scheme, m, n, k, pingpong", [
+    # The symmetric scheme: at every shape up to 32 rows (measured faster on 13 shapes, benchmarks above).
+    ("symmetric", 1, 8, 128, True), ("symmetric", 1, 4096, 14336, True), ("symmetric", 16, 128256, 4096, True),
+    ("symmetric", 32, 2112, 7168, True), ("symmetric", 33, 4096, 4096, False),
+    # The asymmetric scheme up to 16 rows: 64-row tiles between 0.45 and 1 x the SMs, K <= 8192.
+    ("asymmetric", 1, 4096, 4096, True), ("asymmetric", 16, 7168, 2048, True),
+    ("asymmetric", 1, 4096, 14336, False),   # long chains of K-blocks per SM
+    ("asymmetric", 1, 3072, 8192, False),    # 48 tiles: too few
+    ("asymmetric", 1, 12288, 4096, False),   # 192 tiles: more than the SMs
+    # ... and 17-32 rows: wherever the tiles fit the SMs.
+    ("asymmetric", 17, 2112, 7168, True), ("asymmetric", 32, 8192, 28672, True),
+    ("asymmetric", 32, 12288, 4096, False), ("asymmetric", 33, 2112, 7168, False),
+])
+def test_pingpong_tiles_up_to_32_rows(scheme, m, n, k, pingpong):
+    """Up to W8A8_SM90_PINGPONG_MAX_M rows, the 64-row swapped tiles on the pingpong schedule (16 tokens
+    wide up to 16 rows, 32 beyond), by heuristics._pingpong_applies; never for block sizes the catalog
+    builds them not for (the heuristic picks catalog kernels only)."""
+    spec = heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, "f16", "clamp", 132).spec
+    expected = ((64, 16 if m <= 16 else 32), True, "pingpong", "persistent")
+    assert ((spec.tile, spec.swap_ab, spec.schedule, spec.scheduler) == expected) == pingpong, spec.name
+    for block_size in (32, 64, 256):
+        if scheme == "asymmetric":
+            spec = heuristics.w8a8_sm90_choice(m, n, 4096, block_size, scheme, "f16", "clamp", 132).spec
+            assert spec.schedule == "cooperative"
 
 
 def test_256_row_tile_by_waves():

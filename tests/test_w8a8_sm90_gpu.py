@@ -20,7 +20,7 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate, w8a8_sm90_schedule
 from qgemm import reference
 from qgemm.w8a8 import heuristics
 
@@ -92,8 +92,13 @@ def test_deep_k(scheme):
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("activation", ["none", "relu", "relu6", "silu"])
 @pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
-def test_bias_activation_outputs(scheme, activation, out_dtype):
-    out, ref, _, _ = _case(33, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
+@pytest.mark.parametrize("m", [5, 17, 33])
+def test_bias_activation_outputs(m, scheme, activation, out_dtype):
+    """The plan's own choice at M = 5 (the symmetric scheme's 64 x 16 pingpong tile, the asymmetric
+    scheme's split-K), 17 (64 x 32 pingpong for both) and 33 (128-row swapped stream-K)."""
+    out, ref, plan, _ = _case(m, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
+    if m == 17 or (m == 5 and scheme == "symmetric"):
+        assert plan.choice(m).spec.schedule == "pingpong"
     assert rel_err(out, ref) < BOUND[out_dtype]
     if activation in ("relu", "relu6"):
         assert out.min().item() >= 0
@@ -220,6 +225,8 @@ def test_cuda_graph_and_two_streams(scheme, n, ms):
 
 @pytest.mark.parametrize("scheme, m, tile, swap_ab, scheduler, splits", [
     ("symmetric", 16, (128, 16), True, "streamk", 4),      # the decode split-K: partials between CTAs
+    ("symmetric", 16, (64, 16), True, "persistent", 0),    # pingpong: a warp group per tile
+    ("asymmetric", 32, (64, 32), True, "persistent", 0),
     ("asymmetric", 16, (128, 16), True, "persistent", 0),
     ("asymmetric", 64, (128, 32), True, "streamk", 0),
     ("symmetric", 300, (128, 128), False, "persistent", 0),
@@ -239,7 +246,7 @@ def test_programmatic_launch_chain(scheme, m, tile, swap_ab, scheduler, splits):
     # Weights scaled so that two links in a row stay well inside FP16.
     plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k, seed=60 + i) * 0.02, 128, scheme=scheme),
                                 out_dtype=torch.float16) for i in range(3)]
-    spec = W8A8Sm90Spec(tile, 128, scheme, "f16", "cooperative", scheduler, swap_ab,
+    spec = W8A8Sm90Spec(tile, 128, scheme, "f16", w8a8_sm90_schedule(tile), scheduler, swap_ab,
                         alternate=w8a8_sm90_alternate(scheme, 128, tile, swap_ab))
     assert spec.programmatic_launch
     assert _runtime.get_kernel(spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH

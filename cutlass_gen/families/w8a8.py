@@ -341,7 +341,11 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 # BF16 outputs) and the asymmetric one (every block size, FP16 output): swapped narrow-token tiles
 # for decode-sized M, the 128 x 128 cooperative kernel beyond (stream-K when the tiles do not fill
 # the GPU). Other outputs and the SiLU epilogue are built on first use.
-# (tile, swap_ab, scheduler)
+# (tile, swap_ab, scheduler); the schedule follows from the tile's rows (w8a8_sm90_schedule).
+# Up to 32 tokens at block 128: 64-row swapped tiles on the pingpong schedule, each consumer warp
+# group on its own weight tile (twice the tiles of the 128-row kernel, so twice the SMs streaming
+# a weight of few tiles, and one warp group's promotion runs beside the other's WGMMAs).
+_W8A8_SM90_PINGPONG = [((64, 16), True, "persistent"), ((64, 32), True, "persistent")]
 _W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk"), ((128, 32), True, "persistent"),
                      ((128, 32), True, "streamk"), ((128, 64), True, "persistent")]
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
@@ -357,8 +361,14 @@ def w8a8_sm90_configs(block_size: int, scheme: str = "asymmetric") -> list[tuple
     only), the narrow swapped and the 128 x 128 persistent kernel for the other block sizes."""
     if block_size == 128:
         prefill = _W8A8_SM90_PREFILL_SYMMETRIC if scheme == "symmetric" else []
-        return _W8A8_SM90_DECODE + _W8A8_SM90_LARGE + prefill
+        return _W8A8_SM90_PINGPONG + _W8A8_SM90_DECODE + _W8A8_SM90_LARGE + prefill
     return [_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0]]
+
+
+def w8a8_sm90_schedule(tile: tuple) -> str:
+    """The schedule of a catalog configuration: pingpong for 64-row tiles (one warp group per tile),
+    cooperative for 128 and 256 rows (both consumer warp groups on one tile)."""
+    return "pingpong" if tile[0] == 64 else "cooperative"
 
 
 def w8a8_sm90_alternate(scheme: str, block_size: int, tile: tuple, swap_ab: bool) -> bool:
@@ -375,12 +385,12 @@ def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
 
     def spec(config, block_size, scheme, output):
         tile, swap_ab, scheduler = config
-        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab,
+        return W8A8Sm90Spec(tile, block_size, scheme, output, w8a8_sm90_schedule(tile), scheduler, swap_ab,
                             alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
 
     specs = [spec(c, 128, "symmetric", output) for output in ("f16", "bf16")
              for c in w8a8_sm90_configs(128, "symmetric")]
-    specs += [spec(c, 128, "asymmetric", "f16") for c in _W8A8_SM90_DECODE + _W8A8_SM90_LARGE]
+    specs += [spec(c, 128, "asymmetric", "f16") for c in w8a8_sm90_configs(128, "asymmetric")]
     specs += [spec(c, block_size, "asymmetric", "f16") for block_size in (32, 64, 256)
               for c in w8a8_sm90_configs(block_size)]
     return specs

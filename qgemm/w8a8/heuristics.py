@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import w8a8_sm90_alternate, w8a8_sm90_configs
+from cutlass_gen.families.w8a8 import w8a8_sm90_alternate, w8a8_sm90_configs, w8a8_sm90_schedule
 from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
 from cutlass_gen.families.w8a8 import W8A8GemmSpec, W8A8GemvSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
@@ -93,6 +93,43 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # (2112 x 7168: symmetric 16-token 15.2 against 17.4 persistent; asymmetric 32-token 20.0 against
 # 29.8, M = 64 22.2 against 29.7; 4096 x 4096 at M = 64, 64 CTAs: persistent 11.6 / 18.8 against
 # stream-K 12.3 / 22.8).
+#
+# Up to W8A8_SM90_PINGPONG_MAX_M tokens, the 64-row swapped tiles on the pingpong schedule (16 tokens
+# wide up to 16, 32 beyond): each consumer warp group takes its own weight tile, so a weight of N rows
+# streams from N / 64 SMs instead of N / 128 (Llama's N = 4096 projections: 64 SMs instead of 32, where
+# the 128-row kernel reaches ~2 TB/s with or without split-K; ncu at M = 1, N 4096, K 14336: DRAM 45%
+# persistent on 32 CTAs, 53% split-K 4 on 132), and one warp group's promotion runs beside the other's
+# WGMMAs. Measured with benchmarks/diag_w8a8_choices.py (H100, 2026-11-27, rotated weights, FP16 out,
+# us, the rule before -> 64-row pingpong; M = 1, and M = 4 and 16 within 1 us of it):
+#   symmetric   N x K          M = 1                 M = 32 (64 x 32 tile)
+#               4096 x 4096    10.0 -> 8.4           10.2 -> 9.1
+#               4096 x 14336   30.1 -> 23.8          30.4 -> 25.8
+#               2112 x 7168    14.8 -> 11.1          15.0 -> 12.7
+#               3072 x 8192    17.5 -> 12.7
+#               1024 x 4096    11.1 -> 7.0
+#               6144 x 4096    12.0 -> 10.8
+#               7168 x 2048     7.5 -> 7.3            7.8 -> 7.5
+#               12288 x 4096                         22.0 -> 20.9
+#               14336 x 4096   22.8 -> 21.8
+#               28672 x 4096   43.3 -> 42.1
+#               28672 x 8192   85.2 -> 81.9          88.8 -> 86.6
+#               8192 x 28672   80.9 -> 79.5          87.4 -> 81.7
+#               128256 x 4096 178.7 -> 175.3
+#   so the symmetric scheme takes it at every shape. The asymmetric scheme's promotion (three vectors per
+#   side) makes one warp group per tile slower than two when each SM holds a long chain of K-blocks or
+#   several tiles: M = 1 wins at 4096 x 4096 16.6 -> 14.4, 6144 x 4096 19.4 -> 14.8, 7168 x 2048
+#   14.4 -> 8.7 (64-112 tiles of 64 rows, K <= 4096) and 8192 x 28672 98.4 -> 89.3, but loses at
+#   4096 x 14336 32.7 -> 46.1, 3072 x 8192 19.2 -> 26.8, 2112 x 7168 16.7 -> 23.8, 1024 x 4096 13.3 -> 14.5
+#   (few tiles, long chains), 12288 x 4096 23.3 -> 28.1, 14336 x 4096 26.1 -> 28.0, 28672 x 4096
+#   49.1 -> 54.3 (more tiles than SMs). So at up to 16 tokens it takes the tile when the 64-row tiles fill
+#   between W8A8_SM90_PINGPONG_ASYM_MIN_FILL and all of the SMs and K is at most
+#   W8A8_SM90_PINGPONG_ASYM_MAX_K (8192 x 28672 is left on the old rule). With 32-token tiles (M 17-32)
+#   it wins wherever the tiles fit the SMs: 4096 x 4096 18.7 -> 12.6, 8192 x 28672 111.3 -> 92.0,
+#   2112 x 7168 20.8 -> 19.9, 7168 x 2048 10.6 -> 8.5, 4096 x 14336 37.8 -> 38.4 (a tie); more tiles
+#   than SMs: 12288 x 4096 24.5 -> 26.3, 28672 x 8192 108.4 -> 103.2.
+W8A8_SM90_PINGPONG_MAX_M = 32
+W8A8_SM90_PINGPONG_ASYM_MIN_FILL = 0.45
+W8A8_SM90_PINGPONG_ASYM_MAX_K = 8192
 W8A8_SM90_SWAP_MIN_TILE_N = {"symmetric": 16, "asymmetric": 32}
 W8A8_SM90_SWAP_STREAMK_CTAS = 48
 W8A8_SM90_SWAP_ALWAYS_MAX_M = 64
@@ -117,7 +154,7 @@ class W8A8Sm90Choice:
 def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, output: str, epilogue: str,
                      sm_count: int) -> W8A8Sm90Choice:
     def spec(tile, swap_ab, scheduler="persistent"):
-        return W8A8Sm90Spec(tile, block_size, scheme, output, "cooperative", scheduler, swap_ab, epilogue,
+        return W8A8Sm90Spec(tile, block_size, scheme, output, w8a8_sm90_schedule(tile), scheduler, swap_ab, epilogue,
                             alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
 
     # Only the configurations the catalog builds for this block size (outputs and epilogues outside
@@ -130,6 +167,10 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return W8A8Sm90Choice(spec(tile, swap_ab, scheduler), splits=splits)
 
     weight_tiles = -(-n // 128)
+    if m <= W8A8_SM90_PINGPONG_MAX_M:
+        pingpong = (64, 16 if m <= 16 else 32)
+        if (pingpong, True, "persistent") in available and _pingpong_applies(m, n, k, scheme, sm_count):
+            return pick(pingpong, True)
     if m <= W8A8_SM90_SWAP_TILES_N[0]:
         if weight_tiles < min(sm_count, W8A8_SM90_DECODE_SPLITK_TILES[scheme]):
             return pick((128, 16), True, "streamk", W8A8_SM90_DECODE_SPLITS)
@@ -151,6 +192,17 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
     if ((256, 128), False, "persistent") in available and tiles >= sm_count:
         return pick(*_prefill_tile(tiles, -(-m // 256) * weight_tiles, sm_count))
     return pick((128, 128), False, "streamk" if tiles < W8A8_SM90_STREAMK_MAX_FILL * sm_count else "persistent")
+
+
+def _pingpong_applies(m: int, n: int, k: int, scheme: str, sm_count: int) -> bool:
+    """Whether M <= W8A8_SM90_PINGPONG_MAX_M rows take the 64-row pingpong tile (measurements above)."""
+    if scheme == "symmetric":
+        return True
+    tiles = -(-n // 64)
+    if m <= 16:
+        return (W8A8_SM90_PINGPONG_ASYM_MIN_FILL * sm_count <= tiles <= sm_count
+                and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K)
+    return tiles <= sm_count
 
 
 # The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100

@@ -6,11 +6,11 @@ plan.gemm and of plan(x) sorted by own time.
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
 
 import qgemm
+from qgemm.bench.timing import host_us
 from qgemm.w8a8 import plan as w8a8
 
 ap = argparse.ArgumentParser()
@@ -18,20 +18,6 @@ ap.add_argument("--m", type=int, default=1)
 ap.add_argument("--n", type=int, default=256)
 ap.add_argument("--k", type=int, default=256)
 args = ap.parse_args()
-
-
-def per_call_us(fn, calls=2000):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(calls):
-        fn()
-        if i % 200 == 199:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
 
 x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
 w = torch.randn(args.n, args.k, device="cuda")
@@ -53,7 +39,7 @@ for scheme in ("symmetric", "asymmetric"):
         "plan(x)": lambda: plan(x),
     }
     for name, fn in rows.items():
-        print(f"  {name:24s} {per_call_us(fn):7.2f} us")
+        print(f"  {name:24s} {host_us(fn, rounds=10, warmup=50):7.2f} us")
     for name, fn in (("plan.gemm(xq)", lambda: plan.gemm(xq)), ("plan(x)", lambda: plan(x))):
         prof = cProfile.Profile()
         prof.enable()

@@ -7,25 +7,12 @@ Rows: torch's current stream, the plan's fast checks, Params through the host li
 the launch through cuda.bindings (cuLaunchKernelEx / cuLaunchKernel), the same launch through
 ctypes on libcuda, and the workspace (torch.zeros against torch.empty + cuMemsetD8Async)."""
 import ctypes
-import time
 
 import torch
 
 import qgemm
+from qgemm.bench.timing import host_us
 from qgemm import _driver, _runtime
-
-
-def per_call_us(fn, calls=4000):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(calls):
-        fn()
-        if i % 200 == 199:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 cu = _driver.driver()
@@ -135,4 +122,4 @@ rows = {
     "plan(x)": lambda: plan(x),
 }
 for name, fn in rows.items():
-    print(f"  {name:36s} {per_call_us(fn):7.2f} us")
+    print(f"  {name:36s} {host_us(fn, rounds=20, warmup=50):7.2f} us")

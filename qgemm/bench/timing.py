@@ -122,9 +122,11 @@ def timed_rotating(fns) -> float:
         return math.nan
 
 
-def host_us(fn, calls=200, rounds=7) -> float:
-    """Host time of one warm fn() call. Bursts of `calls` stay well under the driver's launch
-    queue depth, so the host never waits for the GPU and the time is the host's alone."""
+def host_us(fn, calls=200, rounds=7, warmup=0) -> float:
+    """Host time of one warm fn() call (after `warmup` calls). Bursts of `calls` stay well under the
+    driver's launch queue depth, so the host never waits for the GPU and the time is the host's alone."""
+    for _ in range(warmup):
+        fn()
     samples = []
     for _ in range(rounds):
         torch.cuda.synchronize()

@@ -107,8 +107,9 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (16, 28672, (64, 16), True, "persistent"),
     (17, 28672, (64, 32), True, "persistent"),
     (32, 2112, (64, 32), True, "persistent"),
-    (64, 4096, (128, 16), True, "persistent"),    # 32 weight tiles x 4 token tiles fit 132 SMs
-    (64, 8192, (128, 32), True, "persistent"),    # 64 x 4 do not, 64 x 2 do
+    (64, 4096, (64, 32), True, "persistent"),     # 64 pingpong tiles x 2 token tiles fit 132 SMs
+    (64, 8192, (128, 32), True, "persistent"),    # 128 pingpong tiles x 2 do not: 64 weight tiles x 2
+    (64, 12288, (128, 64), True, "persistent"),   # no pingpong tile fits: 96 weight tiles x 1 token tile
     (33, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 32), True, "persistent"),    # 32 weight tiles x 3 token tiles fit 132 SMs
     (128, 4096, (128, 32), True, "persistent"),   # 32 x 4 too
@@ -127,22 +128,20 @@ def test_heuristic(m, n, tile, swap_ab, scheduler):
     assert (choice.spec.tile, choice.spec.swap_ab, choice.spec.scheduler) == (tile, swap_ab, scheduler)
 
 
-def test_swapped_tiles_17_to_64_rows_by_scheme():
-    """17-64 rows, where the 64-row pingpong tile does not apply (test_pingpong_tiles_up_to_32_rows): the
-    asymmetric scheme's narrowest 128-row swapped tile is 32 tokens (the symmetric one's 16), and a
-    tile of fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs runs CUTLASS's stream-K."""
+def test_swapped_tiles_17_to_128_rows_by_scheme():
+    """17-128 rows where no 64-row pingpong tile applies (test_pingpong_tiles_up_to_64_rows): the
+    128-row swapped tiles, at most 4 token tiles above 64 rows, the narrowest whose tiles fit one
+    wave, and fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs run CUTLASS's stream-K."""
     def pick(m, n, scheme):
         spec = heuristics.w8a8_sm90_choice(m, n, 7168, 128, scheme, "f16", "clamp", 132).spec
-        assert spec.swap_ab
+        assert spec.swap_ab and spec.schedule == "cooperative"
         return spec.tile[1], spec.scheduler
 
-    assert pick(40, 1024, "symmetric") == (16, "streamk")      # 8 x 3 = 24 CTAs
-    assert pick(64, 2112, "symmetric") == (16, "persistent")   # 68
-    assert pick(48, 4096, "symmetric") == (16, "persistent")   # 96
-    assert pick(40, 2112, "asymmetric") == (32, "streamk")     # 17 x 2 = 34
-    assert pick(64, 2112, "asymmetric") == (32, "streamk")     # 34
-    assert pick(64, 4096, "asymmetric") == (32, "persistent")  # 64
-    assert pick(48, 8192, "asymmetric") == (32, "persistent")  # 128
+    assert pick(80, 1024, "symmetric") == (32, "streamk")      # 8 x 3 = 24 CTAs
+    assert pick(80, 2112, "symmetric") == (32, "persistent")   # 17 x 3 = 51
+    assert pick(48, 12288, "symmetric") == (64, "persistent")  # 96 x 1: no 64-row tile fits (192)
+    assert pick(80, 1024, "asymmetric") == (32, "streamk")
+    assert pick(48, 8192, "asymmetric") == (32, "persistent")  # 64 x 2 = 128 (64-row: 128 x 2 do not fit)
     assert pick(32, 12288, "asymmetric") == (32, "persistent")  # 192 pingpong tiles: more than the SMs
     assert {(s.tile, s.scheduler) for s in catalog(90, W8A8Sm90Spec.family) if s.swap_ab and s.block_size == 128
             and s.scheduler == "streamk"} == {((128, 16), "streamk"), ((128, 32), "streamk")}
@@ -166,26 +165,34 @@ def test_decode_split_k_by_scheme():
     assert heuristics.W8A8_SM90_DECODE_SPLITK_TILES["symmetric"] <= heuristics.W8A8_SM90_DECODE_SPLITK_TILES["asymmetric"]
 
 
-@pytest.mark.parametrize("scheme, m, n, k, pingpong", [
+@pytest.mark.parametrize("scheme, m, n, k, tile_n", [
     # The symmetric scheme: at every shape up to 32 rows (measured faster on 13 shapes, benchmarks above).
-    ("symmetric", 1, 8, 128, True), ("symmetric", 1, 4096, 14336, True), ("symmetric", 16, 128256, 4096, True),
-    ("symmetric", 32, 2112, 7168, True), ("symmetric", 33, 4096, 4096, False),
+    ("symmetric", 1, 8, 128, 16), ("symmetric", 1, 4096, 14336, 16), ("symmetric", 16, 128256, 4096, 16),
+    ("symmetric", 32, 2112, 7168, 32), ("symmetric", 32, 28672, 8192, 32),
+    # ... 33-64 rows: 32 tokens where the tiles fit the SMs.
+    ("symmetric", 33, 4096, 4096, 32),       # 64 tiles x 2
+    ("symmetric", 64, 8192, 28672, None),    # 128 x 2 do not fit
+    ("symmetric", 48, 12288, 4096, None),    # 192 x 1 do not
+    ("symmetric", 65, 1024, 4096, None),
     # The asymmetric scheme up to 16 rows: 64-row tiles between 0.45 and 1 x the SMs, K <= 8192.
-    ("asymmetric", 1, 4096, 4096, True), ("asymmetric", 16, 7168, 2048, True),
-    ("asymmetric", 1, 4096, 14336, False),   # long chains of K-blocks per SM
-    ("asymmetric", 1, 3072, 8192, False),    # 48 tiles: too few
-    ("asymmetric", 1, 12288, 4096, False),   # 192 tiles: more than the SMs
-    # ... and 17-32 rows: wherever the tiles fit the SMs.
-    ("asymmetric", 17, 2112, 7168, True), ("asymmetric", 32, 8192, 28672, True),
-    ("asymmetric", 32, 12288, 4096, False), ("asymmetric", 33, 2112, 7168, False),
+    ("asymmetric", 1, 4096, 4096, 16), ("asymmetric", 16, 7168, 2048, 16),
+    ("asymmetric", 1, 4096, 14336, None),    # long chains of K-blocks per SM
+    ("asymmetric", 1, 3072, 8192, None),     # 48 tiles: too few
+    ("asymmetric", 1, 12288, 4096, None),    # 192 tiles: more than the SMs
+    # ... and 17-64 rows: 32 tokens wherever the tiles fit the SMs.
+    ("asymmetric", 17, 2112, 7168, 32), ("asymmetric", 32, 8192, 28672, 32), ("asymmetric", 64, 4096, 14336, 32),
+    ("asymmetric", 32, 12288, 4096, None), ("asymmetric", 33, 8192, 28672, None),
 ])
-def test_pingpong_tiles_up_to_32_rows(scheme, m, n, k, pingpong):
-    """Up to W8A8_SM90_PINGPONG_MAX_M rows, the 64-row swapped tiles on the pingpong schedule (16 tokens
-    wide up to 16 rows, 32 beyond), by heuristics._pingpong_applies; never for block sizes the catalog
+def test_pingpong_tiles_up_to_64_rows(scheme, m, n, k, tile_n):
+    """Up to W8A8_SM90_PINGPONG_MAX_M rows, the 64-row swapped tiles on the pingpong schedule, by
+    heuristics._pingpong_tile (tile_n None: the 128-row rules); never for block sizes the catalog
     builds them not for (the heuristic picks catalog kernels only)."""
     spec = heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, "f16", "clamp", 132).spec
-    expected = ((64, 16 if m <= 16 else 32), True, "pingpong", "persistent")
-    assert ((spec.tile, spec.swap_ab, spec.schedule, spec.scheduler) == expected) == pingpong, spec.name
+    if tile_n is None:
+        assert spec.schedule == "cooperative", spec.name
+    else:
+        assert (spec.tile, spec.swap_ab, spec.schedule, spec.scheduler) == ((64, tile_n), True, "pingpong",
+                                                                            "persistent"), spec.name
     for block_size in (32, 64, 256):
         if scheme == "asymmetric":
             spec = heuristics.w8a8_sm90_choice(m, n, 4096, block_size, scheme, "f16", "clamp", 132).spec

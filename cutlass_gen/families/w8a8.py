@@ -342,7 +342,7 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 # for decode-sized M, the 128 x 128 cooperative kernel beyond (stream-K when the tiles do not fill
 # the GPU). Other outputs and the SiLU epilogue are built on first use.
 # (tile, swap_ab, scheduler); the schedule follows from the tile's rows (w8a8_sm90_schedule).
-# Up to 32 tokens at block 128: 64-row swapped tiles on the pingpong schedule, each consumer warp
+# Up to 64 tokens at block 128: 64-row swapped tiles on the pingpong schedule, each consumer warp
 # group on its own weight tile (twice the tiles of the 128-row kernel, so twice the SMs streaming
 # a weight of few tiles, and one warp group's promotion runs beside the other's WGMMAs).
 _W8A8_SM90_PINGPONG = [((64, 16), True, "persistent"), ((64, 32), True, "persistent")]

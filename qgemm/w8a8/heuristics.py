@@ -95,7 +95,7 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # stream-K 12.3 / 22.8).
 #
 # Up to W8A8_SM90_PINGPONG_MAX_M tokens, the 64-row swapped tiles on the pingpong schedule (16 tokens
-# wide up to 16, 32 beyond): each consumer warp group takes its own weight tile, so a weight of N rows
+# wide up to 16, 32 to 32; 33-64 rows below): each consumer warp group takes its own weight tile, so a weight of N rows
 # streams from N / 64 SMs instead of N / 128 (Llama's N = 4096 projections: 64 SMs instead of 32, where
 # the 128-row kernel reaches ~2 TB/s with or without split-K; ncu at M = 1, N 4096, K 14336: DRAM 45%
 # persistent on 32 CTAs, 53% split-K 4 on 132), and one warp group's promotion runs beside the other's
@@ -127,7 +127,21 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #   it wins wherever the tiles fit the SMs: 4096 x 4096 18.7 -> 12.6, 8192 x 28672 111.3 -> 92.0,
 #   2112 x 7168 20.8 -> 19.9, 7168 x 2048 10.6 -> 8.5, 4096 x 14336 37.8 -> 38.4 (a tie); more tiles
 #   than SMs: 12288 x 4096 24.5 -> 26.3, 28672 x 8192 108.4 -> 103.2.
-W8A8_SM90_PINGPONG_MAX_M = 32
+# At 33-64 rows (same tool and day, M = 48 and 64 alike, us, the rule before -> 64 x 32 / 64 x 64) both
+# schemes win where the 64-row tiles times the token tiles fit one wave, and lose where they do not:
+#   symmetric   4096 x 4096 (64 tiles)    11.8 -> 9.8 / 11.1     2112 x 7168 (33)   15.6 -> 12.8 / 15.6
+#               4096 x 14336 (64)         31.9 -> 25.7 / 29.6    8192 x 28672 (128) 90.4 -> 91.4 / 83.4
+#               7168 x 2048 (112)          8.2 -> 8.8 / 7.8      12288 x 4096 (192) 22.6 -> 22.6 / 22.8
+#               28672 x 8192 (448)        89.8 -> 93.9 / 92.3
+#   asymmetric  4096 x 4096 17.5 -> 13.0 / 17.8, 2112 x 7168 23.1 -> 19.8 / 29.1, 4096 x 14336
+#               56.9 -> 38.8 / 56.5, 8192 x 28672 109.6 -> 145.4 / 112.1, 7168 x 2048 10.7 -> 12.9 / 10.5,
+#               12288 x 4096 28.5 -> 34.6 / 34.8, 28672 x 8192 107.2 -> 151.4 / 132.0
+# so the 32-token tile where its tiles fit the SMs (W8A8_SM90_PINGPONG_TILES_N), else the 128-row rules
+# below (which pick their best on the shapes where it does not fit). The symmetric 64 x 64 tile, faster
+# on 8192 x 28672 and 7168 x 2048, is not in the catalog yet: it was measured (its output equal to the
+# 128-row kernel's) but its GPU test matrix has not run.
+W8A8_SM90_PINGPONG_MAX_M = 64
+W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (32,), "asymmetric": (32,)}
 W8A8_SM90_PINGPONG_ASYM_MIN_FILL = 0.45
 W8A8_SM90_PINGPONG_ASYM_MAX_K = 8192
 W8A8_SM90_SWAP_MIN_TILE_N = {"symmetric": 16, "asymmetric": 32}
@@ -168,8 +182,8 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 
     weight_tiles = -(-n // 128)
     if m <= W8A8_SM90_PINGPONG_MAX_M:
-        pingpong = (64, 16 if m <= 16 else 32)
-        if (pingpong, True, "persistent") in available and _pingpong_applies(m, n, k, scheme, sm_count):
+        pingpong = _pingpong_tile(m, n, k, scheme, sm_count)
+        if pingpong is not None and (pingpong, True, "persistent") in available:
             return pick(pingpong, True)
     if m <= W8A8_SM90_SWAP_TILES_N[0]:
         if weight_tiles < min(sm_count, W8A8_SM90_DECODE_SPLITK_TILES[scheme]):
@@ -194,15 +208,20 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
     return pick((128, 128), False, "streamk" if tiles < W8A8_SM90_STREAMK_MAX_FILL * sm_count else "persistent")
 
 
-def _pingpong_applies(m: int, n: int, k: int, scheme: str, sm_count: int) -> bool:
-    """Whether M <= W8A8_SM90_PINGPONG_MAX_M rows take the 64-row pingpong tile (measurements above)."""
-    if scheme == "symmetric":
-        return True
+def _pingpong_tile(m: int, n: int, k: int, scheme: str, sm_count: int) -> tuple | None:
+    """The 64-row pingpong tile for M <= W8A8_SM90_PINGPONG_MAX_M rows, or None (measurements above):
+    16 tokens wide up to 16 rows (for the asymmetric scheme only between ASYM_MIN_FILL and all of the
+    SMs and K <= ASYM_MAX_K), 32 for the symmetric scheme's 17-32 rows at every shape; otherwise the
+    narrowest of W8A8_SM90_PINGPONG_TILES_N[scheme] whose 64-row tiles times token tiles fit the SMs."""
     tiles = -(-n // 64)
     if m <= 16:
-        return (W8A8_SM90_PINGPONG_ASYM_MIN_FILL * sm_count <= tiles <= sm_count
-                and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K)
-    return tiles <= sm_count
+        if scheme == "symmetric" or (W8A8_SM90_PINGPONG_ASYM_MIN_FILL * sm_count <= tiles <= sm_count
+                                     and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K):
+            return (64, 16)
+        return None
+    if m <= 32 and scheme == "symmetric":
+        return (64, 32)
+    return next(((64, t) for t in W8A8_SM90_PINGPONG_TILES_N[scheme] if tiles * -(-m // t) <= sm_count), None)
 
 
 # The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100

@@ -34,7 +34,8 @@ def main():
     ap.add_argument("--candidate", action="append", required=True)
     ap.add_argument("--scheme", action="append", choices=("symmetric", "asymmetric"))
     ap.add_argument("--with-quant", action="store_true",
-                    help="also plan(x) (quantization + GEMM, or the fused decode kernel) and quantization + the first candidate")
+                    help="also plan(x) (quantization + GEMM, or the fused decode kernel) and "
+                         "quantization + the first candidate")
     args = ap.parse_args()
     for nk in args.nk:
         n, k = (int(v) for v in nk.split("x"))

@@ -162,7 +162,8 @@ def test_decode_split_k_by_scheme():
         assert c.spec.tile == (128, 16) and (c.spec.scheduler, c.splits) == expected, (n, k)
     c = choice(2112, 4096, 64)
     assert (c.spec.tile, c.spec.scheduler, c.splits) == ((128, 16), "persistent", 0)
-    assert heuristics.W8A8_SM90_DECODE_SPLITK_TILES["symmetric"] <= heuristics.W8A8_SM90_DECODE_SPLITK_TILES["asymmetric"]
+    tiles = heuristics.W8A8_SM90_DECODE_SPLITK_TILES
+    assert tiles["symmetric"] <= tiles["asymmetric"]
 
 
 @pytest.mark.parametrize("scheme, m, n, k, tile_n", [

@@ -27,12 +27,12 @@ def test_specs() -> list:
     specs += [W8A8Sm90Spec((128, 128), 64, "asymmetric", "f32")]
     # test_stream_k: the asymmetric kernel without turns (the catalog's takes turns).
     specs += [W8A8Sm90Spec((128, 128), 128, "asymmetric", "f16", "cooperative", "streamk")]
-    # Plans of small N at 17-128 rows take the swapped stream-K kernels (a few CTAs): test_bias_activation_outputs
-    # (M = 33, N = 264) and the NaN tests, over every output and epilogue.
+    # Plans of small N take the swapped stream-K kernels (a few CTAs): test_bias_activation_outputs (M = 5
+    # asymmetric and M = 80, N = 264) and the NaN tests, over every output and epilogue.
     specs += [W8A8Sm90Spec((128, tn), 128, scheme, output, "cooperative", "streamk", True, epilogue)
               for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
               for epilogue in ("clamp", "silu")]
-    # test_bias_activation_outputs at M = 5 and 17: the 64-row pingpong tiles, every output and epilogue.
+    # test_bias_activation_outputs at M = 5, 17 and 33: the 64-row pingpong tiles, every output and epilogue.
     specs += [W8A8Sm90Spec((64, tn), 128, scheme, output, "pingpong", "persistent", True, epilogue)
               for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
               for epilogue in ("clamp", "silu")]

@@ -92,13 +92,17 @@ def test_deep_k(scheme):
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("activation", ["none", "relu", "relu6", "silu"])
 @pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
-@pytest.mark.parametrize("m", [5, 17, 33])
+@pytest.mark.parametrize("m", [5, 17, 33, 80])
 def test_bias_activation_outputs(m, scheme, activation, out_dtype):
     """The plan's own choice at M = 5 (the symmetric scheme's 64 x 16 pingpong tile, the asymmetric
-    scheme's split-K), 17 (64 x 32 pingpong for both) and 33 (128-row swapped stream-K)."""
+    scheme's split-K on the 128 x 16 stream-K kernel), 17 and 33 (64 x 32 pingpong for both: 5 weight
+    tiles x 2 token tiles fit the SMs) and 80 (the 128 x 32 swapped stream-K kernel: 3 x 3 CTAs)."""
     out, ref, plan, _ = _case(m, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
-    if m == 17 or (m == 5 and scheme == "symmetric"):
-        assert plan.choice(m).spec.schedule == "pingpong"
+    spec = plan.choice(m).spec
+    if m in (17, 33) or (m == 5 and scheme == "symmetric"):
+        assert spec.schedule == "pingpong"
+    else:
+        assert spec.swap_ab and spec.scheduler == "streamk"
     assert rel_err(out, ref) < BOUND[out_dtype]
     if activation in ("relu", "relu6"):
         assert out.min().item() >= 0

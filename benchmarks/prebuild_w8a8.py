@@ -36,6 +36,9 @@ def test_specs() -> list:
     specs += [W8A8Sm90Spec((64, tn), 128, scheme, output, "pingpong", "persistent", True, epilogue)
               for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
               for epilogue in ("clamp", "silu")]
+    # test_bias_activation_pingpong_64_tokens: the symmetric 64 x 64 pingpong tile, every output and epilogue.
+    specs += [W8A8Sm90Spec((64, 64), 128, "symmetric", output, "pingpong", "persistent", True, epilogue)
+              for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]
     # test_256_row_tile: the 256 x 128 tile and the 128 x 128 one it is compared with, every output and epilogue.
     specs += [W8A8Sm90Spec(tile, 128, "symmetric", output, epilogue=epilogue) for tile in ((256, 128), (128, 128))
               for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]

@@ -108,7 +108,7 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (17, 28672, (64, 32), True, "persistent"),
     (32, 2112, (64, 32), True, "persistent"),
     (64, 4096, (64, 32), True, "persistent"),     # 64 pingpong tiles x 2 token tiles fit 132 SMs
-    (64, 8192, (128, 32), True, "persistent"),    # 128 pingpong tiles x 2 do not: 64 weight tiles x 2
+    (64, 8192, (64, 64), True, "persistent"),     # 128 pingpong tiles x 2 do not fit, x 1 do (symmetric)
     (64, 12288, (128, 64), True, "persistent"),   # no pingpong tile fits: 96 weight tiles x 1 token tile
     (33, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 32), True, "persistent"),    # 32 weight tiles x 3 token tiles fit 132 SMs
@@ -172,7 +172,9 @@ def test_decode_split_k_by_scheme():
     ("symmetric", 32, 2112, 7168, 32), ("symmetric", 32, 28672, 8192, 32),
     # ... 33-64 rows: 32 tokens where the tiles fit the SMs.
     ("symmetric", 33, 4096, 4096, 32),       # 64 tiles x 2
-    ("symmetric", 64, 8192, 28672, None),    # 128 x 2 do not fit
+    # ... and 64 tokens where only those fit (the symmetric scheme alone has that tile).
+    ("symmetric", 64, 8192, 28672, 64),      # 128 x 2 do not fit, 128 x 1 do
+    ("symmetric", 48, 7168, 2048, 64),       # 112 x 1
     ("symmetric", 48, 12288, 4096, None),    # 192 x 1 do not
     ("symmetric", 65, 1024, 4096, None),
     # The asymmetric scheme up to 16 rows: 64-row tiles between 0.45 and 1 x the SMs, K <= 8192.
@@ -183,6 +185,7 @@ def test_decode_split_k_by_scheme():
     # ... and 17-64 rows: 32 tokens wherever the tiles fit the SMs.
     ("asymmetric", 17, 2112, 7168, 32), ("asymmetric", 32, 8192, 28672, 32), ("asymmetric", 64, 4096, 14336, 32),
     ("asymmetric", 32, 12288, 4096, None), ("asymmetric", 33, 8192, 28672, None),
+    ("asymmetric", 48, 7168, 2048, None),    # 112 x 2 do not fit, and there is no asymmetric 64 x 64 tile
 ])
 def test_pingpong_tiles_up_to_64_rows(scheme, m, n, k, tile_n):
     """Up to W8A8_SM90_PINGPONG_MAX_M rows, the 64-row swapped tiles on the pingpong schedule, by

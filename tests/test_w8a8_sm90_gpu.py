@@ -110,6 +110,21 @@ def test_bias_activation_outputs(m, scheme, activation, out_dtype):
         assert out.max().item() <= 6
 
 
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("activation", ["none", "relu6", "silu"])
+def test_bias_activation_pingpong_64_tokens(activation, out_dtype):
+    """The symmetric scheme's 64 x 64 pingpong tile as the plan chooses it: M = 48 on N = 4344 (68
+    weight tiles of 64 rows; two 32-token tiles each would be 136 CTAs, more than the SMs, one 64-token
+    tile fits), with bias, over every output and both epilogues (clamp for none/relu6, SiLU). N ends
+    in a partial weight tile (4344 = 67 x 64 + 56) and M in a partial token tile."""
+    out, ref, plan, _ = _case(48, 4344, 512, 128, "symmetric", out_dtype, activation=activation, with_bias=True)
+    spec = plan.choice(48).spec
+    assert (spec.tile, spec.swap_ab, spec.schedule) == ((64, 64), True, "pingpong"), spec.name
+    assert rel_err(out, ref) < BOUND[out_dtype]
+    if activation == "relu6":
+        assert 0 <= out.min().item() and out.max().item() <= 6
+
+
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
 def test_input_dtypes_end_to_end(scheme, x_dtype):

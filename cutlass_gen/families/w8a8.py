@@ -346,6 +346,9 @@ def _w8a8(target_sm: int) -> list[KernelSpec]:
 # group on its own weight tile (twice the tiles of the 128-row kernel, so twice the SMs streaming
 # a weight of few tiles, and one warp group's promotion runs beside the other's WGMMAs).
 _W8A8_SM90_PINGPONG = [((64, 16), True, "persistent"), ((64, 32), True, "persistent")]
+# The symmetric scheme also has a 64-token one, for 33-64 rows where the 32-token tiles do not fit the
+# SMs but one 64-token tile per weight tile does (8192 x 28672, 7168 x 2048: qgemm.w8a8.heuristics).
+_W8A8_SM90_PINGPONG_SYMMETRIC = [((64, 64), True, "persistent")]
 _W8A8_SM90_DECODE = [((128, 16), True, "persistent"), ((128, 16), True, "streamk"), ((128, 32), True, "persistent"),
                      ((128, 32), True, "streamk"), ((128, 64), True, "persistent")]
 _W8A8_SM90_LARGE = [((128, 128), False, "persistent"), ((128, 128), False, "streamk")]
@@ -357,11 +360,15 @@ _W8A8_SM90_PREFILL_SYMMETRIC = [((256, 128), False, "persistent"), ((256, 128), 
 def w8a8_sm90_configs(block_size: int, scheme: str = "asymmetric") -> list[tuple]:
     """The (tile, swap_ab, scheduler) configurations the sm90 catalog holds for a block size and
     scheme (the heuristic chooses among these only, so a plan never builds a kernel on first use for
-    its default choice): all of them for block 128 (the 256 x 128 tile for the symmetric scheme
-    only), the narrow swapped and the 128 x 128 persistent kernel for the other block sizes."""
+    its default choice): all of them for block 128 (the 64 x 64 pingpong and the 256 x 128 tiles for
+    the symmetric scheme only), the narrow swapped and the 128 x 128 persistent kernel for the other
+    block sizes."""
     if block_size == 128:
-        prefill = _W8A8_SM90_PREFILL_SYMMETRIC if scheme == "symmetric" else []
-        return _W8A8_SM90_PINGPONG + _W8A8_SM90_DECODE + _W8A8_SM90_LARGE + prefill
+        if scheme == "symmetric":
+            pingpong, prefill = _W8A8_SM90_PINGPONG + _W8A8_SM90_PINGPONG_SYMMETRIC, _W8A8_SM90_PREFILL_SYMMETRIC
+        else:
+            pingpong, prefill = _W8A8_SM90_PINGPONG, []
+        return pingpong + _W8A8_SM90_DECODE + _W8A8_SM90_LARGE + prefill
     return [_W8A8_SM90_DECODE[0], _W8A8_SM90_LARGE[0]]
 
 

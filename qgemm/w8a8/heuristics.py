@@ -137,12 +137,12 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #   asymmetric  4096 x 4096 17.5 -> 13.0 / 17.8, 2112 x 7168 23.1 -> 19.8 / 29.1, 4096 x 14336
 #               56.9 -> 38.8 / 56.5, 8192 x 28672 109.6 -> 145.4 / 112.1, 7168 x 2048 10.7 -> 12.9 / 10.5,
 #               12288 x 4096 28.5 -> 34.6 / 34.8, 28672 x 8192 107.2 -> 151.4 / 132.0
-# so the 32-token tile where its tiles fit the SMs (W8A8_SM90_PINGPONG_TILES_N), else the 128-row rules
-# below (which pick their best on the shapes where it does not fit). The symmetric 64 x 64 tile, faster
-# on 8192 x 28672 and 7168 x 2048, is not in the catalog yet: it was measured (its output equal to the
-# 128-row kernel's) but its GPU test matrix has not run.
+# so the narrowest token tile of W8A8_SM90_PINGPONG_TILES_N whose tiles fit the SMs, else the 128-row
+# rules below (which pick their best on the shapes where none fits). The symmetric scheme also has the
+# 64-token tile, which wins where only it fits (8192 x 28672, 7168 x 2048 above); the asymmetric one
+# lost everywhere but 7168 x 2048 (2%), so that scheme has no 64 x 64 kernel.
 W8A8_SM90_PINGPONG_MAX_M = 64
-W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (32,), "asymmetric": (32,)}
+W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (32, 64), "asymmetric": (32,)}
 W8A8_SM90_PINGPONG_ASYM_MIN_FILL = 0.45
 W8A8_SM90_PINGPONG_ASYM_MAX_K = 8192
 W8A8_SM90_SWAP_MIN_TILE_N = {"symmetric": 16, "asymmetric": 32}

@@ -112,7 +112,7 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (64, 12288, (128, 64), True, "persistent"),   # no pingpong tile fits: 96 weight tiles x 1 token tile
     (33, 28672, (128, 64), True, "persistent"),   # 224 weight tiles: none fits one wave
     (65, 4096, (128, 32), True, "persistent"),    # 32 weight tiles x 3 token tiles fit 132 SMs
-    (128, 4096, (128, 32), True, "persistent"),   # 32 x 4 too
+    (128, 4096, (64, 64), True, "persistent"),    # from 96 rows: 64 pingpong tiles x 2 token tiles of 64
     (128, 7168, (128, 64), True, "persistent"),   # 56 x 2 (56 x 4 do not)
     (128, 12288, (128, 128), False, "persistent"),  # no swapped tile fits: 96 tiles, more than half the GPU
     (256, 2112, (128, 128), False, "streamk"),    # 2 x 17 = 34 tiles: a quarter of the GPU
@@ -129,18 +129,19 @@ def test_heuristic(m, n, tile, swap_ab, scheduler):
 
 
 def test_swapped_tiles_17_to_128_rows_by_scheme():
-    """17-128 rows where no 64-row pingpong tile applies (test_pingpong_tiles_up_to_64_rows): the
+    """17-128 rows where no 64-row pingpong tile applies (test_pingpong_tiles_up_to_128_rows): the
     128-row swapped tiles, at most 4 token tiles above 64 rows, the narrowest whose tiles fit one
-    wave, and fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs run CUTLASS's stream-K."""
+    wave. (Fewer than W8A8_SM90_SWAP_STREAMK_CTAS CTAs would run CUTLASS's stream-K, but at block 128
+    the pingpong tiles fit wherever the 128-row ones are that few: a plan reaches the swapped
+    stream-K kernels only by choice=, and the asymmetric decode's split-K, test_decode_split_k_by_scheme.)"""
     def pick(m, n, scheme):
         spec = heuristics.w8a8_sm90_choice(m, n, 7168, 128, scheme, "f16", "clamp", 132).spec
         assert spec.swap_ab and spec.schedule == "cooperative"
         return spec.tile[1], spec.scheduler
 
-    assert pick(80, 1024, "symmetric") == (32, "streamk")      # 8 x 3 = 24 CTAs
-    assert pick(80, 2112, "symmetric") == (32, "persistent")   # 17 x 3 = 51
+    assert pick(80, 4096, "symmetric") == (32, "persistent")   # 32 x 3 = 96 (pingpong: 64 x 3 = 192 do not fit)
+    assert pick(80, 4096, "asymmetric") == (32, "persistent")
     assert pick(48, 12288, "symmetric") == (64, "persistent")  # 96 x 1: no 64-row tile fits (192)
-    assert pick(80, 1024, "asymmetric") == (32, "streamk")
     assert pick(48, 8192, "asymmetric") == (32, "persistent")  # 64 x 2 = 128 (64-row: 128 x 2 do not fit)
     assert pick(32, 12288, "asymmetric") == (32, "persistent")  # 192 pingpong tiles: more than the SMs
     assert {(s.tile, s.scheduler) for s in catalog(90, W8A8Sm90Spec.family) if s.swap_ab and s.block_size == 128
@@ -176,9 +177,15 @@ def test_decode_split_k_by_scheme():
     ("symmetric", 64, 8192, 28672, 64),      # 128 x 2 do not fit, 128 x 1 do
     ("symmetric", 48, 7168, 2048, 64),       # 112 x 1
     ("symmetric", 48, 12288, 4096, None),    # 192 x 1 do not
-    ("symmetric", 65, 1024, 4096, None),
-    # The asymmetric scheme up to 16 rows: 64-row tiles between 0.45 and 1 x the SMs, K <= 8192.
-    ("asymmetric", 1, 4096, 4096, 16), ("asymmetric", 16, 7168, 2048, 16),
+    # 65-128 rows: 32 tokens where the tiles fit the SMs, symmetric 64 from 96 rows.
+    ("symmetric", 65, 1024, 4096, 32), ("symmetric", 128, 2112, 7168, 32), ("symmetric", 96, 2560, 4096, 32),
+    ("symmetric", 128, 2560, 4096, 64),      # 40 x 4 do not fit, 40 x 2 do
+    ("symmetric", 80, 4096, 4096, None),     # 64 x 3 do not fit, and 80 rows are below WIDE_MIN_M
+    ("symmetric", 96, 4096, 4096, 64), ("symmetric", 128, 4096, 14336, 64),
+    ("symmetric", 129, 1024, 4096, None),    # beyond W8A8_SM90_PINGPONG_MAX_M
+    # The asymmetric scheme up to 16 rows: 64-row tiles (32 tokens wide) between 0.45 and 1 x the SMs,
+    # K <= 8192.
+    ("asymmetric", 1, 4096, 4096, 32), ("asymmetric", 16, 7168, 2048, 32),
     ("asymmetric", 1, 4096, 14336, None),    # long chains of K-blocks per SM
     ("asymmetric", 1, 3072, 8192, None),     # 48 tiles: too few
     ("asymmetric", 1, 12288, 4096, None),    # 192 tiles: more than the SMs
@@ -186,8 +193,10 @@ def test_decode_split_k_by_scheme():
     ("asymmetric", 17, 2112, 7168, 32), ("asymmetric", 32, 8192, 28672, 32), ("asymmetric", 64, 4096, 14336, 32),
     ("asymmetric", 32, 12288, 4096, None), ("asymmetric", 33, 8192, 28672, None),
     ("asymmetric", 48, 7168, 2048, None),    # 112 x 2 do not fit, and there is no asymmetric 64 x 64 tile
+    ("asymmetric", 128, 2112, 7168, 32), ("asymmetric", 96, 2560, 4096, 32),
+    ("asymmetric", 128, 2560, 4096, None), ("asymmetric", 128, 4096, 4096, None),
 ])
-def test_pingpong_tiles_up_to_64_rows(scheme, m, n, k, tile_n):
+def test_pingpong_tiles_up_to_128_rows(scheme, m, n, k, tile_n):
     """Up to W8A8_SM90_PINGPONG_MAX_M rows, the 64-row swapped tiles on the pingpong schedule, by
     heuristics._pingpong_tile (tile_n None: the 128-row rules); never for block sizes the catalog
     builds them not for (the heuristic picks catalog kernels only)."""
@@ -330,6 +339,22 @@ def test_plan_rejects_a_choice_of_another_configuration(fake_sm90):
         plan.gemm(xq, choice=wrong)
     with pytest.raises(TypeError, match="choice must be a qgemm.heuristics.W8A8Sm90Choice"):
         plan.gemm(xq, choice="128x128")
+
+
+def test_long_k_stream_k_65_to_128_rows():
+    """The symmetric scheme at 65-128 rows with K >= W8A8_SM90_LONG_K: the 128 x 128 tile under
+    stream-K where those tiles fill less than half the GPU; not up to 64 rows, not below that K, not
+    for the asymmetric scheme, not where the tiles fill half the GPU."""
+    def spec(m, n, k, scheme="symmetric"):
+        return heuristics.w8a8_sm90_choice(m, n, k, 128, scheme, "f16", "clamp", 132).spec
+
+    for m, n, k in ((72, 8192, 28672), (128, 8192, 28672), (96, 2048, 28672), (65, 6144, 16384)):
+        s = spec(m, n, k)
+        assert (s.tile, s.swap_ab, s.schedule, s.scheduler) == ((128, 128), False, "cooperative", "streamk"), (m, n, k)
+    assert spec(64, 8192, 28672).tile == (64, 64)          # up to 64 rows: the pingpong tiles
+    assert spec(128, 4096, 14336).tile == (64, 64)         # K below W8A8_SM90_LONG_K
+    assert spec(128, 8192, 28672, "asymmetric").tile == (128, 64)
+    assert spec(128, 16384, 16384).scheduler == "persistent"  # 128 tiles of 128 rows: half the GPU
 
 
 def test_quantize_symmetric_reference():

@@ -15,6 +15,8 @@ random numbers with a non-zero mean (the offset terms matter), never zeros.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -95,15 +97,24 @@ def test_deep_k(scheme):
 @pytest.mark.parametrize("m", [5, 17, 33, 80])
 def test_bias_activation_outputs(m, scheme, activation, out_dtype):
     """The plan's own choice at M = 5 (the symmetric scheme's 64 x 16 pingpong tile, the asymmetric
-    scheme's split-K on the 128 x 16 stream-K kernel), 17 and 33 (64 x 32 pingpong for both: 5 weight
-    tiles x 2 token tiles fit the SMs) and 80 (the 128 x 32 swapped stream-K kernel: 3 x 3 CTAs)."""
-    out, ref, plan, _ = _case(m, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
+    scheme's split-K on the 128 x 16 stream-K kernel), 17, 33 and 80 (64 x 32 pingpong for both: 5
+    weight tiles x 2 or 3 token tiles fit the SMs); at M = 80 also the 128 x 32 swapped stream-K
+    kernel (3 x 3 CTAs), forced by choice=, which the plan's rules no longer reach at block 128 (a
+    swapped tile that few CTAs fill is always beaten by a pingpong tile that fits)."""
+    out, ref, plan, xq = _case(m, 264, 512, 128, scheme, out_dtype, activation=activation, with_bias=True)
     spec = plan.choice(m).spec
-    if m in (17, 33) or (m == 5 and scheme == "symmetric"):
+    if m in (17, 33, 80) or (m == 5 and scheme == "symmetric"):
         assert spec.schedule == "pingpong"
     else:
         assert spec.swap_ab and spec.scheduler == "streamk"
     assert rel_err(out, ref) < BOUND[out_dtype]
+    if m == 80:
+        streamk = dataclasses.replace(spec, tile=(128, 32), schedule="cooperative", scheduler="streamk",
+                                      alternate=w8a8_sm90_alternate(scheme, 128, (128, 32), True))
+        out = torch.full_like(out, float("nan"))
+        plan.gemm(xq, out=out, choice=heuristics.W8A8Sm90Choice(streamk))
+        torch.cuda.synchronize()
+        assert rel_err(out, ref) < BOUND[out_dtype]
     if activation in ("relu", "relu6"):
         assert out.min().item() >= 0
     if activation == "relu6":

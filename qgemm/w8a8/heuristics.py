@@ -95,7 +95,7 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # stream-K 12.3 / 22.8).
 #
 # Up to W8A8_SM90_PINGPONG_MAX_M tokens, the 64-row swapped tiles on the pingpong schedule (16 tokens
-# wide up to 16 rows, 32 beyond; 33-64 rows below): each consumer warp group takes its own weight
+# wide up to 16 rows, 32 beyond; 33-128 rows and the asymmetric scheme's decode tile below): each consumer warp group takes its own weight
 # tile, so a weight of N rows streams from N / 64 SMs instead of N / 128 (Llama's N = 4096
 # projections: 64 SMs instead of 32, where the 128-row kernel reaches ~2 TB/s with or without split-K;
 # ncu at M = 1, N 4096, K 14336: DRAM 45% persistent on 32 CTAs, 53% split-K 4 on 132), and one warp
@@ -141,10 +141,36 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # rules below (which pick their best on the shapes where none fits). The symmetric scheme also has the
 # 64-token tile, which wins where only it fits (8192 x 28672, 7168 x 2048 above); the asymmetric one
 # lost everywhere but 7168 x 2048 (2%), so that scheme has no 64 x 64 kernel.
-W8A8_SM90_PINGPONG_MAX_M = 64
+#
+# On an H200 (2026-11-28, second session; benchmarks/diag_w8a8_choices.py and bench_w8a8.py --sweep,
+# rotated weights, FP16 out, us, the rule before -> now):
+# * Asymmetric, up to 16 rows, where the 64-row tile applies: the 32-token tile beats the 16-token one
+#   (M = 1, 4 and 16 alike): 4096 x 4096 14.7 -> 12.4, 7168 x 2048 9.0 -> 7.9, 6144 x 4096 15.3 -> 13.0,
+#   5120 x 4096 15.2 -> 12.9, 8192 x 2048 9.2 -> 8.4 (W8A8_SM90_PINGPONG_ASYM_DECODE_TILE_N); the symmetric
+#   scheme keeps 16 (4096 x 4096 7.7 against 8.6).
+# * 65-128 rows (W8A8_SM90_PINGPONG_MAX_M): the 64 x 32 tile wins wherever its tiles fit the SMs, both
+#   schemes, M = 72, 96 and 128 alike: symmetric 512 x 4096 12.8 -> 8.0, 1024 x 4096 12.9 -> 8.0, 1536 x 4096
+#   13.5 -> 8.5, 2048 x 8192 19.9 -> 14.9, 2112 x 7168 17.6 -> 13.3, 2560 x 4096 (M 72, 96) 11.2 -> 9.1;
+#   asymmetric 1024 x 4096 16.3 -> 12.3, 2048 x 8192 33.4 -> 23.1, 2112 x 7168 29.4 -> 20.6, 2048 x 28672
+#   112.8 -> 75.4. Where it does not fit (2560 x 4096 at M = 128: 160 CTAs) it loses (11.5 -> 14.5).
+#   The symmetric 64 x 64 tile wins from 96 rows where its tiles fit (M = 100-128: 4096 x 4096 12.0 ->
+#   10.9, 4096 x 14336 34.0 -> 30.2, 3072 x 8192 20.2 -> 18.2, 2560 x 4096 11.4 -> 10.3) but not below
+#   (M = 80: 4096 x 4096 11.5 -> 12.4, 4096 x 14336 33.3 -> 37.0; M = 88 a tie):
+#   W8A8_SM90_PINGPONG_WIDE_MIN_M.
+W8A8_SM90_PINGPONG_MAX_M = 128
 W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (32, 64), "asymmetric": (32,)}
+W8A8_SM90_PINGPONG_WIDE_MIN_M = 96
+W8A8_SM90_PINGPONG_ASYM_DECODE_TILE_N = 32
 W8A8_SM90_PINGPONG_ASYM_MIN_FILL = 0.45
 W8A8_SM90_PINGPONG_ASYM_MAX_K = 8192
+# The symmetric scheme at 65-128 rows with K of at least W8A8_SM90_LONG_K: the 128 x 128 tile under
+# stream-K (one token tile, so each weight tile is read once, its K spread over the SMs) where those
+# tiles fill less than W8A8_SM90_STREAMK_MAX_FILL of the GPU. Same H200 runs, M = 72, 96 and 128
+# (before -> stream-K): 8192 x 28672 106.4 / 92.9 / 92.6 -> 81.4 / 77.3 / 77.5; 4096 x 28672 63.6 -> 48.0-51.1;
+# 2048 x 28672 63.7 -> 42.8-43.9 (the 64 x 32 tile: 45.7); 6144 x 16384 53.7 -> 43.3-46.6; 8192 x 16384
+# 56.1-63.6 -> 50.3-57.5. At K = 14336 it ties or loses (4096 x 14336 33.4 -> 34.0-36.2), and the
+# asymmetric scheme gains at most 5% (6144 x 16384, 4096 x 28672) and loses on 8192 x 16384 and 8192 x 28672.
+W8A8_SM90_LONG_K = 16384
 W8A8_SM90_SWAP_MIN_TILE_N = {"symmetric": 16, "asymmetric": 32}
 W8A8_SM90_SWAP_STREAMK_CTAS = 48
 W8A8_SM90_SWAP_ALWAYS_MAX_M = 64
@@ -182,6 +208,9 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
         return W8A8Sm90Choice(spec(tile, swap_ab, scheduler), splits=splits)
 
     weight_tiles = -(-n // 128)
+    if (scheme == "symmetric" and W8A8_SM90_SWAP_ALWAYS_MAX_M < m <= W8A8_SM90_SWAP_MAX_M and k >= W8A8_SM90_LONG_K
+            and -(-m // 128) * weight_tiles < W8A8_SM90_STREAMK_MAX_FILL * sm_count):
+        return pick((128, 128), False, "streamk")
     if m <= W8A8_SM90_PINGPONG_MAX_M:
         pingpong = _pingpong_tile(m, n, k, scheme, sm_count)
         if pingpong is not None and (pingpong, True, "persistent") in available:
@@ -210,19 +239,23 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 
 
 def _pingpong_tile(m: int, n: int, k: int, scheme: str, sm_count: int) -> tuple | None:
-    """The 64-row pingpong tile for M <= W8A8_SM90_PINGPONG_MAX_M rows, or None (measurements above):
-    16 tokens wide up to 16 rows (for the asymmetric scheme only between ASYM_MIN_FILL and all of the
-    SMs and K <= ASYM_MAX_K), 32 for the symmetric scheme's 17-32 rows at every shape; otherwise the
-    narrowest of W8A8_SM90_PINGPONG_TILES_N[scheme] whose 64-row tiles times token tiles fit the SMs."""
+    """The 64-row pingpong tile for M <= W8A8_SM90_PINGPONG_MAX_M rows, or None (measurements above).
+    Up to 16 rows: 16 tokens wide for the symmetric scheme; for the asymmetric one ASYM_DECODE_TILE_N
+    wide, only between ASYM_MIN_FILL and all of the SMs and K <= ASYM_MAX_K. 17-32 rows, symmetric: 32
+    at every shape. Otherwise the narrowest of W8A8_SM90_PINGPONG_TILES_N[scheme] whose 64-row tiles
+    times token tiles fit the SMs (the 64-token tile beyond 64 rows only from WIDE_MIN_M rows)."""
     tiles = -(-n // 64)
     if m <= 16:
-        if scheme == "symmetric" or (W8A8_SM90_PINGPONG_ASYM_MIN_FILL * sm_count <= tiles <= sm_count
-                                     and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K):
+        if scheme == "symmetric":
             return (64, 16)
+        if (W8A8_SM90_PINGPONG_ASYM_MIN_FILL * sm_count <= tiles <= sm_count
+                and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K):
+            return (64, W8A8_SM90_PINGPONG_ASYM_DECODE_TILE_N)
         return None
     if m <= 32 and scheme == "symmetric":
         return (64, 32)
-    return next(((64, t) for t in W8A8_SM90_PINGPONG_TILES_N[scheme] if tiles * -(-m // t) <= sm_count), None)
+    widths = [t for t in W8A8_SM90_PINGPONG_TILES_N[scheme] if m <= 64 or t < 64 or m >= W8A8_SM90_PINGPONG_WIDE_MIN_M]
+    return next(((64, t) for t in widths if tiles * -(-m // t) <= sm_count), None)
 
 
 # The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100

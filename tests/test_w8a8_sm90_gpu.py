@@ -84,6 +84,16 @@ def test_plan_choice_matches_reference(scheme, block_size, m):
     assert rel_err(out, ref) < BOUND[torch.float16]
 
 
+@pytest.mark.parametrize("m", [72, 128])
+def test_plan_choice_long_k(m):
+    """65-128 rows at K >= W8A8_SM90_LONG_K, symmetric: the plan's 128 x 128 stream-K kernel (one
+    token tile, K spread over the SMs, FP32 partials reduced by the scheduler) on 128 K-blocks."""
+    out, ref, plan, _ = _case(m, 520, heuristics.W8A8_SM90_LONG_K, 128, "symmetric", torch.float16)
+    spec = plan.choice(m).spec
+    assert (spec.tile, spec.swap_ab, spec.scheduler) == ((128, 128), False, "streamk"), spec.name
+    assert rel_err(out, ref) < BOUND[torch.float16]
+
+
 @pytest.mark.parametrize("scheme", ["symmetric", "asymmetric"])
 def test_deep_k(scheme):
     """K = 7168 (56 blocks of 128): the FP32 running sum over many promotions."""

@@ -95,11 +95,11 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # stream-K 12.3 / 22.8).
 #
 # Up to W8A8_SM90_PINGPONG_MAX_M tokens, the 64-row swapped tiles on the pingpong schedule (16 tokens
-# wide up to 16 rows, 32 beyond; 33-128 rows and the asymmetric scheme's decode tile below): each consumer warp group takes its own weight
-# tile, so a weight of N rows streams from N / 64 SMs instead of N / 128 (Llama's N = 4096
-# projections: 64 SMs instead of 32, where the 128-row kernel reaches ~2 TB/s with or without split-K;
-# ncu at M = 1, N 4096, K 14336: DRAM 45% persistent on 32 CTAs, 53% split-K 4 on 132), and one warp
-# group's promotion runs beside the other's WGMMAs. Measured with benchmarks/diag_w8a8_choices.py
+# wide up to 16 rows, 32 beyond; 33-128 rows and the asymmetric scheme's decode tile below): each
+# consumer warp group takes its own weight tile, so a weight of N rows streams from N / 64 SMs instead
+# of N / 128 (Llama's N = 4096 projections: 64 SMs instead of 32, where the 128-row kernel reaches
+# ~2 TB/s with or without split-K; ncu at M = 1, N 4096, K 14336: DRAM 45% persistent on 32 CTAs, 53%
+# split-K 4 on 132), and one warp group's promotion runs beside the other's WGMMAs. Measured with benchmarks/diag_w8a8_choices.py
 # (H100, night of 2026-11-27, rotated weights, FP16 out, us, the rule before -> 64-row pingpong;
 # M = 1, and M = 4 and 16 within 1 us of it):
 #   symmetric   N x K          M = 1                 M = 32 (64 x 32 tile)

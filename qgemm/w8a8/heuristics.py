@@ -99,8 +99,9 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 # consumer warp group takes its own weight tile, so a weight of N rows streams from N / 64 SMs instead
 # of N / 128 (Llama's N = 4096 projections: 64 SMs instead of 32, where the 128-row kernel reaches
 # ~2 TB/s with or without split-K; ncu at M = 1, N 4096, K 14336: DRAM 45% persistent on 32 CTAs, 53%
-# split-K 4 on 132), and one warp group's promotion runs beside the other's WGMMAs. Measured with benchmarks/diag_w8a8_choices.py
-# (H100, night of 2026-11-27, rotated weights, FP16 out, us, the rule before -> 64-row pingpong;
+# split-K 4 on 132), and one warp group's promotion runs beside the other's WGMMAs. Measured with
+# benchmarks/diag_w8a8_choices.py (H100, night of 2026-11-27, rotated weights, FP16 out, us, the rule
+# before -> 64-row pingpong;
 # M = 1, and M = 4 and 16 within 1 us of it):
 #   symmetric   N x K          M = 1                 M = 32 (64 x 32 tile)
 #               4096 x 4096    10.0 -> 8.4           10.2 -> 9.1

@@ -106,7 +106,9 @@ def test_catalog_is_sm90_only_and_covers_the_heuristic():
     (16, 2112, (64, 16), True, "persistent"),
     (16, 28672, (64, 16), True, "persistent"),
     (17, 28672, (64, 32), True, "persistent"),
-    (32, 2112, (64, 32), True, "persistent"),
+    (32, 2112, (64, 16), True, "persistent"),     # 33 pingpong tiles x 2 token tiles of 16 fit 132 SMs
+    (32, 4224, (64, 16), True, "persistent"),     # 66 x 2 of 16 fit, but not at 4352 (68 x 2): 32 wide
+    (32, 4352, (64, 32), True, "persistent"),
     (64, 4096, (64, 32), True, "persistent"),     # 64 pingpong tiles x 2 token tiles fit 132 SMs
     (64, 8192, (64, 64), True, "persistent"),     # 128 pingpong tiles x 2 do not fit, x 1 do (symmetric)
     (64, 12288, (128, 64), True, "persistent"),   # no pingpong tile fits: 96 weight tiles x 1 token tile
@@ -144,6 +146,10 @@ def test_swapped_tiles_17_to_128_rows_by_scheme():
     assert pick(48, 12288, "symmetric") == (64, "persistent")  # 96 x 1: no 64-row tile fits (192)
     assert pick(48, 8192, "asymmetric") == (32, "persistent")  # 64 x 2 = 128 (64-row: 128 x 2 do not fit)
     assert pick(32, 12288, "asymmetric") == (32, "persistent")  # 192 pingpong tiles: more than the SMs
+    # No tile fits one wave: the narrowest that holds all the rows, else the widest.
+    assert pick(32, 28672, "asymmetric") == (32, "persistent")
+    assert pick(48, 28672, "asymmetric") == (64, "persistent")
+    assert pick(48, 28672, "symmetric") == (64, "persistent")
     assert {(s.tile, s.scheduler) for s in catalog(90, W8A8Sm90Spec.family) if s.swap_ab and s.block_size == 128
             and s.scheduler == "streamk"} == {((128, 16), "streamk"), ((128, 32), "streamk")}
 
@@ -170,7 +176,10 @@ def test_decode_split_k_by_scheme():
 @pytest.mark.parametrize("scheme, m, n, k, tile_n", [
     # The symmetric scheme: at every shape up to 32 rows (measured faster on 13 shapes, benchmarks above).
     ("symmetric", 1, 8, 128, 16), ("symmetric", 1, 4096, 14336, 16), ("symmetric", 16, 128256, 4096, 16),
-    ("symmetric", 32, 2112, 7168, 32), ("symmetric", 32, 28672, 8192, 32),
+    ("symmetric", 32, 2112, 7168, 16),       # 33 tiles x 2 of 16 fit
+    ("symmetric", 32, 28672, 8192, 32),      # nothing fits: 32 at 17-32 rows anyway
+    ("symmetric", 48, 2112, 7168, 16),       # 33 x 3 of 16 fit
+    ("symmetric", 64, 2112, 7168, 32),       # 16 wide only up to W8A8_SM90_PINGPONG_NARROW_MAX_M rows
     # ... 33-64 rows: 32 tokens where the tiles fit the SMs.
     ("symmetric", 33, 4096, 4096, 32),       # 64 tiles x 2
     # ... and 64 tokens where only those fit (the symmetric scheme alone has that tile).

@@ -68,8 +68,10 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #     (before: CUTLASS's stream-K below 132 row tiles). The asymmetric scheme's heavier promotion
 #     keeps it on split-K up to more tiles, and on CUTLASS's stream-K below the SM count (7168 x 2048
 #     would run 2.3 us faster persistent, 8192 x 28672 24 us slower).
-#     Up to W8A8_SM90_SWAP_ALWAYS_MAX_M rows a weight that fits no wave still takes the widest
-#     swapped tile; above, up to W8A8_SM90_SWAP_MAX_M, it takes the 128 x 128 kernel.
+#     Up to W8A8_SM90_SWAP_ALWAYS_MAX_M rows a weight that fits no wave still takes a swapped tile:
+#     the narrowest that holds all the rows, else the widest (H200, 2026-11-28, asymmetric M = 32:
+#     28672 x 8192 128 x 64 100.6 -> 128 x 32 71.3 us, 28672 x 4096 52.9 -> 38.2); above, up to
+#     W8A8_SM90_SWAP_MAX_M, it takes the 128 x 128 kernel.
 #   * larger M: the 128 x 128 cooperative kernel (two consumer warp groups on one tile: while one
 #     promotes its block product, the other's WGMMAs run; for the asymmetric scheme at block 128 in
 #     turns, w8a8_sm90_alternate), persistent; stream-K when the output tiles fill less than
@@ -158,8 +160,13 @@ def w8a8_spec(m: int, n: int, block_size: int, output: str, target_sm: int, sm_c
 #   10.9, 4096 x 14336 34.0 -> 30.2, 3072 x 8192 20.2 -> 18.2, 2560 x 4096 11.4 -> 10.3) but not below
 #   (M = 80: 4096 x 4096 11.5 -> 12.4, 4096 x 14336 33.3 -> 37.0; M = 88 a tie):
 #   W8A8_SM90_PINGPONG_WIDE_MIN_M.
+# * The symmetric scheme at 17-48 rows: two or three 16-token tiles per weight tile beat one or two
+#   32-token tiles where they fit the SMs (bench_w8a8.py --sweep, M = 32: 4096 x 4096 8.6 -> 8.2,
+#   2112 x 7168 12.7 -> 11.1, 4096 x 14336 23.7 -> 21.5; M = 48: 2112 x 7168 12.7 -> 11.7);
+#   W8A8_SM90_PINGPONG_NARROW_MAX_M (not measured with four or more 16-token tiles).
 W8A8_SM90_PINGPONG_MAX_M = 128
-W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (32, 64), "asymmetric": (32,)}
+W8A8_SM90_PINGPONG_TILES_N = {"symmetric": (16, 32, 64), "asymmetric": (32,)}
+W8A8_SM90_PINGPONG_NARROW_MAX_M = 48
 W8A8_SM90_PINGPONG_WIDE_MIN_M = 96
 W8A8_SM90_PINGPONG_ASYM_DECODE_TILE_N = 32
 W8A8_SM90_PINGPONG_ASYM_MIN_FILL = 0.45
@@ -230,7 +237,7 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
             swap_tiles = [t for t in swap_tiles if 4 * t >= m]
         fits = [t for t in swap_tiles if weight_tiles * -(-m // t) <= sm_count]
         if fits or m <= W8A8_SM90_SWAP_ALWAYS_MAX_M:
-            tile = fits[0] if fits else swap_tiles[-1]
+            tile = fits[0] if fits else next((t for t in swap_tiles if t >= m), swap_tiles[-1])
             few = weight_tiles * -(-m // tile) < W8A8_SM90_SWAP_STREAMK_CTAS
             return pick((128, tile), True, "streamk" if few else "persistent")
     tiles = -(-m // 128) * weight_tiles
@@ -242,9 +249,10 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
 def _pingpong_tile(m: int, n: int, k: int, scheme: str, sm_count: int) -> tuple | None:
     """The 64-row pingpong tile for M <= W8A8_SM90_PINGPONG_MAX_M rows, or None (measurements above).
     Up to 16 rows: 16 tokens wide for the symmetric scheme; for the asymmetric one ASYM_DECODE_TILE_N
-    wide, only between ASYM_MIN_FILL and all of the SMs and K <= ASYM_MAX_K. 17-32 rows, symmetric: 32
-    at every shape. Otherwise the narrowest of W8A8_SM90_PINGPONG_TILES_N[scheme] whose 64-row tiles
-    times token tiles fit the SMs (the 64-token tile beyond 64 rows only from WIDE_MIN_M rows)."""
+    wide, only between ASYM_MIN_FILL and all of the SMs and K <= ASYM_MAX_K. Beyond, the narrowest of
+    W8A8_SM90_PINGPONG_TILES_N[scheme] whose 64-row tiles times token tiles fit the SMs (16 tokens only
+    up to NARROW_MAX_M rows, 64 beyond 64 rows only from WIDE_MIN_M rows); where none fits, 32 for the
+    symmetric scheme's 17-32 rows."""
     tiles = -(-n // 64)
     if m <= 16:
         if scheme == "symmetric":
@@ -253,10 +261,13 @@ def _pingpong_tile(m: int, n: int, k: int, scheme: str, sm_count: int) -> tuple 
                 and k <= W8A8_SM90_PINGPONG_ASYM_MAX_K):
             return (64, W8A8_SM90_PINGPONG_ASYM_DECODE_TILE_N)
         return None
-    if m <= 32 and scheme == "symmetric":
-        return (64, 32)
-    widths = [t for t in W8A8_SM90_PINGPONG_TILES_N[scheme] if m <= 64 or t < 64 or m >= W8A8_SM90_PINGPONG_WIDE_MIN_M]
-    return next(((64, t) for t in widths if tiles * -(-m // t) <= sm_count), None)
+    narrow_ok = m <= W8A8_SM90_PINGPONG_NARROW_MAX_M
+    wide_ok = m <= 64 or m >= W8A8_SM90_PINGPONG_WIDE_MIN_M
+    widths = [t for t in W8A8_SM90_PINGPONG_TILES_N[scheme] if (t > 16 or narrow_ok) and (t < 64 or wide_ok)]
+    fit = next(((64, t) for t in widths if tiles * -(-m // t) <= sm_count), None)
+    if fit is None and m <= 32 and scheme == "symmetric":
+        return (64, 32)  # measured faster than the 128-row tiles at every shape, fitting or not
+    return fit
 
 
 # The symmetric scheme's 256 x 128 tile reads 25% fewer operand bytes per MAC than 128 x 128. On an H100

@@ -77,11 +77,14 @@ TERMINATE_GRACE_S = 1.0
 
 # Peak resident memory of one CUTLASS compile; bounds parallel jobs by RAM.
 BYTES_PER_JOB = {75: 1 << 30, 80: 1 << 30, 90: 4 << 30}
-# What each further kernel of a bundle adds to it (three Sm90 W8A8 kernels: 4.7 GiB, one: 3.1 GiB).
-BUNDLE_BYTES_PER_KERNEL = 1 << 30
-# Most kernels compiled in one translation unit. Each adds ~21 s to a bundle against ~77 s alone
-# (Sm90 W8A8), but a bundle is one job: larger ones would leave cores idle at the end of a build.
-MAX_BUNDLE = 4
+# What each further kernel of a bundle adds to it: three Sm90 W8A8 kernels 4.7 GiB, one 3.1 GiB; eight Sm90
+# FpA x IntB kernels 7.1 GiB, one 4.6 GiB (peak resident size of the compile).
+BUNDLE_BYTES_PER_KERNEL = 820 << 20  # 0.8 GiB
+# Most kernels compiled in one translation unit. Each adds ~21 s to a bundle against ~77 s alone (Sm90
+# W8A8); eight Sm90 FpA x IntB kernels compile in 278 s where four take 195 and one 124 (the front end,
+# cudafe++ and cicc's parse of CuTe, is most of a compile and is shared). A bundle is one job, so a larger
+# one would leave cores idle at the end of a build; at eight, two jobs fit a 24 GiB machine.
+MAX_BUNDLE = 8
 
 
 class BuildError(RuntimeError):
@@ -638,6 +641,9 @@ def build_bundle(specs: Iterable[KernelSpec], target_sm: int, root: Path | None 
         if not spec.bundles:
             raise ValueError(f"specs: {spec.name} cannot share a translation unit "
                              f"({type(spec).__name__}.bundles is False); build it alone")
+    keys = sorted({spec.bundle_key for spec in specs})
+    if len(keys) > 1:
+        raise ValueError(f"specs: a bundle takes kernels of one bundle_key, got {keys}")
     results = _build_group(specs, target_sm, Path(root or cache_root()), cancel)
     for spec in specs:
         if isinstance(results[spec.name], BaseException):
@@ -661,17 +667,17 @@ def default_jobs(target_sm: int, kernels_per_job: int = 1) -> int:
 
 def plan_bundles(specs: list[KernelSpec], jobs: int) -> list[list[KernelSpec]]:
     """How build_many compiles `specs` with `jobs` parallel compiles: kernels of a bundle-safe family
-    (KernelSpec.bundles) in groups of one template, each kernel of another family alone. Groups hold at
-    most MAX_BUNDLE kernels and no more than it takes to give every job work (with as many jobs as
-    kernels, nothing is bundled); a family's kernels are split into groups of even size. The long
+    (KernelSpec.bundles) in groups of one bundle_key (one template), each kernel of another family alone.
+    Groups hold at most MAX_BUNDLE kernels and no more than it takes to give every job work (with as
+    many jobs as kernels, nothing is bundled); a family's kernels are split into groups of even size. The long
     compiles first (the CUTLASS 3.x kernels of sm90, then larger groups), so that none starts last."""
     bundled = [s for s in specs if s.bundles]
     size = max(1, min(MAX_BUNDLE, -(-len(bundled) // max(1, jobs))))
-    by_template: dict[str, list[KernelSpec]] = {}
+    by_key: dict[str, list[KernelSpec]] = {}
     for spec in bundled:
-        by_template.setdefault(spec.template, []).append(spec)
+        by_key.setdefault(spec.bundle_key, []).append(spec)
     groups = []
-    for family_specs in by_template.values():
+    for family_specs in by_key.values():
         count = -(-len(family_specs) // size)
         bounds = [len(family_specs) * i // count for i in range(count + 1)]  # catalog order: neighbours share most
         groups += [family_specs[a:b] for a, b in zip(bounds, bounds[1:])]

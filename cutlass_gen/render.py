@@ -65,7 +65,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
     return RenderedKernel(spec=spec, source=source)
 
 
-# The namespace every bundle-safe template puts its kernel in (see KernelSpec.bundles).
+# The namespace every bundle-safe template puts its kernel in (see KernelSpec.bundles and bundle_key).
 KERNEL_NAMESPACE = "qgemm_kernel"
 
 
@@ -81,6 +81,10 @@ def render_bundle(kernels: list[RenderedKernel]) -> str:
                              f"({type(k.spec).__name__}.bundles is False)")
         if f"namespace {KERNEL_NAMESPACE} {{" not in k.source:
             raise ValueError(f"kernels: {k.name}'s source has no `namespace {KERNEL_NAMESPACE}`")
+    keys = sorted({k.spec.bundle_key for k in kernels})
+    if len(keys) > 1:
+        raise ValueError(f"kernels: a bundle takes kernels of one bundle_key (template, and what else the "
+                         f"family's template makes global to the unit), got {keys}")
     parts = [f"// qgemm bundle: {len(kernels)} kernels in one translation unit (cutlass_gen/render.py).\n"]
     for i, k in enumerate(kernels):
         parts.append(f"\n// ---- {k.name}\n#define {KERNEL_NAMESPACE} {KERNEL_NAMESPACE}_{i}\n")

@@ -53,6 +53,13 @@ class KernelSpec:
     # templates that a family's kernels share, so bundles save most of it.
     bundles: ClassVar[bool] = True
 
+    @property
+    def bundle_key(self) -> str:
+        """Kernels may share a translation unit only with kernels of the same key: by default those of
+        one template. A family whose template also changes something global to the unit (the FpA x IntB
+        two-CTA kernels' register split) puts that in its key."""
+        return self.template
+
     # The element types of specs with an `input` or `output` field, for the templates: the CUTLASS
     # C++ type (cutlass_library's tag) and the CUDA device type the plain kernels compute in.
     DEVICE_TYPES: ClassVar[dict] = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}

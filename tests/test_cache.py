@@ -27,6 +27,7 @@ from cutlass_gen.build import (
     cache_entries,
     disk_bytes,
     find_artifact,
+    MAX_BUNDLE,
     plan_bundles,
     write_manifest,
 )
@@ -325,23 +326,26 @@ class Alone(ActQuantSpec):
     bundles = False
 
 
-def test_plan_bundles_groups_one_template_up_to_four_and_only_as_needed():
+def test_plan_bundles_groups_one_key_up_to_max_bundle_and_only_as_needed():
     specs = catalog(90) + [Alone("f16")]
     thirds = -(-sum(s.bundles for s in specs) // 3)  # jobs enough for groups of three
-    for jobs, biggest in [(1, 4), (2, 4), (16, 4), (thirds, 3), (len(specs), 1)]:
+    for jobs, biggest in [(1, MAX_BUNDLE), (2, MAX_BUNDLE), (16, MAX_BUNDLE), (thirds, 3), (len(specs), 1)]:
         groups = plan_bundles(specs, jobs)
         assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in specs)  # each once
         assert max(len(g) for g in groups) == biggest
         for g in groups:
-            assert len({s.template for s in g}) == 1 and (len(g) == 1 or all(s.bundles for s in g))
+            assert len({s.bundle_key for s in g}) == 1 and (len(g) == 1 or all(s.bundles for s in g))
         assert [Alone("f16")] in groups
-    # Two jobs (CI): the 218 kernels of sm90 in 63 compiles (the 8 two-CTA FpA x IntB kernels alone), the
-    # CUTLASS 3.x sm90 kernels' first.
+    # Two jobs (CI): the 218 kernels of sm90 in 32 compiles, the CUTLASS 3.x sm90 kernels' first. The 8 two-CTA
+    # FpA x IntB kernels make one bundle of their own (their register split is global to the unit).
     groups = plan_bundles(catalog(90), 2)
-    assert len(catalog(90)) == 218 and len(groups) == 63 and [len(g) for g in groups[:24]] == [4] * 24
-    assert sum(not g[0].bundles for g in groups) == 8
-    assert {g[0].template for g in groups[:24]} == {"conv2d_int8_sm90.cu.j2", "fp8_blockwise_gemm.cu.j2",
-                                                    "fpaintb_gemm_sm90.cu.j2", "w8a8_gemm_sm90.cu.j2"}
+    assert MAX_BUNDLE == 8 and len(catalog(90)) == 218 and len(groups) == 32
+    assert [len(g) for g in groups[:13]] == [8] * 13
+    two_cta = [g for g in groups if any(getattr(s, "ctas_per_sm", 1) == 2 and s.family == "fpaintb_gemm_sm90"
+                                        for s in g)]
+    assert len(two_cta) == 1 and len(two_cta[0]) == 8 and all(s.ctas_per_sm == 2 for s in two_cta[0])
+    assert {g[0].template for g in groups[:13]} == {"conv2d_int8_sm90.cu.j2", "fpaintb_gemm_sm90.cu.j2",
+                                                    "w8a8_gemm_sm90.cu.j2"}
     arch = [g[0].arch for g in groups]
     assert arch == sorted(arch, reverse=True)
 
@@ -355,18 +359,29 @@ def test_render_bundle_renames_each_kernels_namespace():
         render_bundle([render(SPEC), render(Alone("f16"))])
     with pytest.raises(ValueError, match="specs: qgemm_act_quant.*cannot share"):
         build_bundle([SPEC, Alone("f16")], 75)
+    # One bundle_key per bundle: one template, and the FpA x IntB kernels by their register split.
+    one_cta, two_cta = (next(s for s in catalog(90, "fpaintb_gemm_sm90") if s.ctas_per_sm == n) for n in (1, 2))
+    with pytest.raises(ValueError, match="kernels: a bundle takes kernels of one bundle_key.*ctas_per_sm=2"):
+        render_bundle([render(one_cta), render(two_cta)])
+    with pytest.raises(ValueError, match="specs: a bundle takes kernels of one bundle_key"):
+        build_bundle([SPEC, W8A8_SM90[0]], 90)
     plain = dataclasses.replace(render(SPEC), source=render(SPEC).source.replace("namespace qgemm_kernel {", "namespace {"))
     with pytest.raises(ValueError, match="kernels: qgemm_act_quant.*'s source has no `namespace qgemm_kernel`"):
         render_bundle([render(SPEC), plain])
 
 
 def test_every_template_bundles():
-    """Every family's template keeps its kernel in the namespace a bundle renames. Only the two-CTA FpA x IntB
-    kernels are built alone (their register split would change every kernel of a bundle)."""
+    """Every family's template keeps its kernel in the namespace a bundle renames, and every catalog kernel
+    bundles. The two-CTA FpA x IntB kernels bundle only with each other (their register split would change
+    every kernel of a bundle), and a bundle of them specializes it once."""
     for sm in (75, 80, 90):
         for spec in catalog(sm):
-            assert spec.bundles or getattr(spec, "ctas_per_sm", 1) == 2, spec.name
+            assert spec.bundles, spec.name
             assert "namespace qgemm_kernel {" in render(spec).source, spec.name
+    two_cta = [s for s in catalog(90, "fpaintb_gemm_sm90") if s.ctas_per_sm == 2]
+    source = render_bundle([render(s) for s in two_cta])
+    assert source.count("#ifndef QGEMM_FPAINTB_TWO_CTA_REGISTER_SPLIT") == len(two_cta) == 8
+    assert source.count("template <> CUTLASS_DEVICE void warpgroup_reg_alloc<232>()") == 8  # one compiled, by the guard
 
 
 def test_a_bundle_compiles_once_and_publishes_each_kernel(tmp_cache, fake_nvcc):

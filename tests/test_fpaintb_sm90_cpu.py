@@ -93,13 +93,14 @@ def test_ahead_mainloop_spec():
 
 
 def test_two_ctas_per_sm_spec():
-    """ctas_per_sm=2: named, built alone (its setmaxnreg specializations would change every kernel of a
-    bundle), rendered with the register split, launch bounds, stage carveout and grid for two CTAs; a
-    one-CTA kernel renders none of them."""
+    """ctas_per_sm=2: named, bundled only with other two-CTA kernels (its setmaxnreg specializations would
+    change every kernel of a bundle), rendered with the register split, launch bounds, stage carveout and
+    grid for two CTAs; a one-CTA kernel renders none of them."""
     spec = FpAIntBSm90Spec("f16", 4, (128, 16), "cooperative", "streamk", zeros=False, tile_k=128,
                            mainloop="ahead", ctas_per_sm=2)
     assert spec.name == "qgemm_fpaintb_gemm_sm90_f16_int4_128x16x128_c1x1_cooperative_streamk_scaleonly_ahead_2cta"
-    assert spec_from_dict(json.loads(spec.to_json())) == spec and not spec.bundles
+    assert spec_from_dict(json.loads(spec.to_json())) == spec and spec.bundles
+    assert spec.bundle_key == "fpaintb_gemm_sm90.cu.j2 ctas_per_sm=2"
     pieces = ("template <> CUTLASS_DEVICE void warpgroup_reg_alloc<232>() { asm volatile(\"setmaxnreg.inc.sync.aligned.u32 104;",
               "template <> CUTLASS_DEVICE void warpgroup_reg_dealloc<40>() { asm volatile(\"setmaxnreg.dec.sync.aligned.u32 24;",
               "static int const kMinBlocksPerSm = 2;", "SharedStorage)) + 117 * 1024>",
@@ -108,7 +109,7 @@ def test_two_ctas_per_sm_spec():
     for piece in pieces:
         assert piece in src, piece
     one = FpAIntBSm90Spec("f16", 4, (128, 16), "cooperative", "streamk", zeros=False, tile_k=128, mainloop="ahead")
-    assert one.bundles
+    assert one.bundles and one.bundle_key == "fpaintb_gemm_sm90.cu.j2"
     src = render(one).source
     assert "args.hw_info.sm_count = p.sm_count;" in src and "sm90_mainloop.hpp\"\n\n// A named namespace" in src
     for piece in pieces:
@@ -172,7 +173,8 @@ def test_catalog_is_small_and_sm90_only():
     assert len(specs) <= 64
     assert {s.tile_k for s in specs if s.tile == (128, 16)} == {128}
     assert {s.tile for s in specs if s.ctas_per_sm == 2} == {(128, 16)}
-    assert sum(s.ctas_per_sm == 2 for s in specs) == 8 and not any(s.bundles for s in specs if s.ctas_per_sm == 2)
+    assert sum(s.ctas_per_sm == 2 for s in specs) == 8
+    assert {s.bundle_key for s in specs if s.ctas_per_sm == 2} == {"fpaintb_gemm_sm90.cu.j2 ctas_per_sm=2"}
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
     assert sum(not s.zeros for s in specs) == len(specs) // 2
     assert {(s.tile_k, s.mainloop) for s in specs} == {(64, "cutlass"), (128, "ahead")}

@@ -312,10 +312,11 @@ class FpAIntBSm90Spec(KernelSpec):
         return True
 
     @property
-    def bundles(self) -> bool:
+    def bundle_key(self) -> str:
         """A two-CTA kernel changes the register split of every cooperative kernel in its translation
-        unit (the setmaxnreg specializations in the template), so it is built alone."""
-        return self.ctas_per_sm == 1
+        unit (the setmaxnreg specializations in the template), so it shares one only with other two-CTA
+        kernels, whose split is the same."""
+        return self.template if self.ctas_per_sm == 1 else f"{self.template} ctas_per_sm={self.ctas_per_sm}"
 
     @property
     def act_ctype(self) -> str:
@@ -436,7 +437,7 @@ FPAINTB_SM90_VARIANTS = [
 ]
 FPAINTB_SM90_AHEAD_VARIANTS = FPAINTB_SM90_VARIANTS[2:]
 # The 16-token tile also with two CTAs per SM (qgemm/fpaintb/heuristics.py FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K:
-# more output tiles than SMs). Each is built alone (FpAIntBSm90Spec.bundles).
+# more output tiles than SMs). They share translation units only with each other (FpAIntBSm90Spec.bundle_key).
 FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AHEAD_VARIANTS]
 # (tile (weight rows, tokens), schedule, scheduler, forms): 16-, 32-, 64- and 128-token stream-K tiles for
 # batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The

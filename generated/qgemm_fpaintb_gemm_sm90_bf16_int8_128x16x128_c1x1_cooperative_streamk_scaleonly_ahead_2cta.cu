@@ -75,11 +75,15 @@
 // 65536. CUTLASS's cooperative kernel moves registers between its warp groups with fixed counts (40 for
 // the producer, 232 for each consumer: sm90_gemm_tma_warpspecialized_cooperative.hpp), which assume one
 // CTA; these specializations give 24 and 104 instead (128 x 24 + 256 x 104 = 29696 per CTA). They apply
-// to every kernel in the translation unit, so this kernel is built alone (FpAIntBSm90Spec.bundles).
+// to every kernel in the translation unit, so this kernel shares one only with other two-CTA kernels
+// (FpAIntBSm90Spec.bundle_key), and the guard keeps a bundle from specializing twice.
+#ifndef QGEMM_FPAINTB_TWO_CTA_REGISTER_SPLIT
+#define QGEMM_FPAINTB_TWO_CTA_REGISTER_SPLIT
 namespace cutlass { namespace arch {
 template <> CUTLASS_DEVICE void warpgroup_reg_alloc<232>() { asm volatile("setmaxnreg.inc.sync.aligned.u32 104;\n"); }
 template <> CUTLASS_DEVICE void warpgroup_reg_dealloc<40>() { asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n"); }
 } }
+#endif
 
 // A named namespace, not an anonymous one: nvcc's host stub cannot name this kernel's
 // __grid_constant__ Params type when it lives in an anonymous namespace.

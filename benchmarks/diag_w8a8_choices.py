@@ -4,7 +4,8 @@ least 4x L2, and whether each output equals the plan's bit for bit. For trying a
 before it goes into the catalog (build it into the cache first).
 
     python benchmarks/diag_w8a8_choices.py --m 1 --m 16 --nk 4096x14336 \\
-        --candidate pingpong:64x16s --candidate cooperative:128x16s:streamk:4"""
+        --candidate pingpong:64x16s --candidate cooperative:128x16s:streamk:4 \\
+        --candidate pingpong:64x32s:persistent:0:1x2"""
 import argparse
 
 import torch
@@ -16,14 +17,16 @@ from qgemm.w8a8.heuristics import W8A8Sm90Choice
 
 
 def parse_candidate(text: str, scheme: str) -> W8A8Sm90Choice:
-    """schedule:TMxTN[s][:scheduler[:splits]] (s: swapped operands) -> a choice with FP16 out."""
+    """schedule:TMxTN[s][:scheduler[:splits[:CMxCN]]] (s: swapped operands; CMxCN the cluster, default 1x1)
+    -> a choice with FP16 out."""
     parts = text.split(":")
     schedule, tile = parts[0], parts[1]
     swap = tile.endswith("s")
     tm, tn = (int(v) for v in tile.rstrip("s").split("x"))
     scheduler = parts[2] if len(parts) > 2 else "persistent"
     splits = int(parts[3]) if len(parts) > 3 else 0
-    spec = W8A8Sm90Spec((tm, tn), 128, scheme, "f16", schedule, scheduler, swap, "clamp", (1, 1), False)
+    cluster = tuple(int(v) for v in parts[4].split("x")) if len(parts) > 4 else (1, 1)
+    spec = W8A8Sm90Spec((tm, tn), 128, scheme, "f16", schedule, scheduler, swap, "clamp", cluster, False)
     return W8A8Sm90Choice(spec, splits=splits)
 
 

@@ -21,6 +21,8 @@ ap.add_argument("--k", type=int, default=8192)
 ap.add_argument("--scheme", action="append", help="symmetric/asymmetric (default: both)")
 ap.add_argument("--splits", type=int, default=None,
                 help="force the heuristic's tile on the stream-K kernel with this many split-K slices (0: CUTLASS's)")
+ap.add_argument("--candidate", help="a kernel outside the rules, as diag_w8a8_choices.py's --candidate "
+                                    "(schedule:TMxTN[s][:scheduler[:splits[:CMxCN]]])")
 args = ap.parse_args()
 w = torch.randn(args.n, args.k, device="cuda")
 x = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
@@ -28,7 +30,11 @@ for scheme in args.scheme or ("symmetric", "asymmetric"):
     plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16)
     xq = qgemm.quantize_activations(x, 128, symmetric=scheme == "symmetric")
     choice = None
-    if args.splits is not None:
+    if args.candidate:
+        from diag_w8a8_choices import parse_candidate  # benchmarks/ is the script's folder
+
+        choice = parse_candidate(args.candidate, scheme)
+    elif args.splits is not None:
         spec = dataclasses.replace(plan.kernel_spec(args.m), scheduler="streamk")
         choice = W8A8Sm90Choice(spec, splits=args.splits)
     plan.gemm(xq, choice=choice)

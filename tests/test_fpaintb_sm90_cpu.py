@@ -595,7 +595,8 @@ def test_plan_rejects_sm90_choices_it_cannot_run(fake_gpu):
 def test_every_built_catalog_kernel_plans(spec):
     """Each catalog kernel already in QGEMM_CACHE_DIR (none is built here: a minute or more each) plans
     decode-to-prefill shapes within the GPU's limits: persistent grids, shared memory within 227 KB,
-    Params within the launch ABI's buffer; stream-K kernels ask for a workspace only where tiles split."""
+    Params within the launch ABI's buffer; stream-K kernels ask for a workspace only where tiles split.
+    The group size and K are the smallest each kernel takes: multiples of its K tile (64 or 128 deep)."""
     artifact = find_artifact(spec, 90)
     if artifact is None:
         pytest.skip(f"{spec.name} is not in the kernel cache (qgemm build --sm 90 --family {FAMILY})")
@@ -603,10 +604,12 @@ def test_every_built_catalog_kernel_plans(spec):
     assert spec_from_dict(json.loads(host.spec_json)) == spec
     for m, n, k, g in ((1, 8, 64, 64), (17, 136, 704, 64), (64, 4096, 4096, 128), (1000, 12288, 4096, 4096),
                        (4096, 28672, 8192, 256)):
+        g = -(-g // spec.tile_k) * spec.tile_k
+        k = -(-k // g) * g
         status, launch = host.plan(_problem(m, n, k, g))
         assert status == 0, (m, n, k, g, host.status_string(status))
-        assert launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132
-        assert launch.block[0] == 384 and launch.smem_bytes <= 227 * 1024
+        assert launch.grid[0] * launch.grid[1] * launch.grid[2] <= 132 * spec.ctas_per_sm  # the persistent grid
+        assert launch.block[0] == 384 and launch.smem_bytes <= 227 * 1024 // spec.ctas_per_sm
         assert launch.params_bytes <= PARAMS_CAPACITY
         if spec.scheduler == "persistent":
             assert launch.workspace_bytes == 0

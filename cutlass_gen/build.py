@@ -669,7 +669,7 @@ def plan_bundles(specs: list[KernelSpec], jobs: int) -> list[list[KernelSpec]]:
     """How build_many compiles `specs` with `jobs` parallel compiles: kernels of a bundle-safe family
     (KernelSpec.bundles) in groups of one bundle_key (one template), each kernel of another family alone.
     Groups hold at most MAX_BUNDLE kernels and no more than it takes to give every job work (with as
-    many jobs as kernels, nothing is bundled); a family's kernels are split into groups of even size. The long
+    many jobs as kernels, nothing is bundled); a key's kernels are split into groups of even size. The long
     compiles first (the CUTLASS 3.x kernels of sm90, then larger groups), so that none starts last."""
     bundled = [s for s in specs if s.bundles]
     size = max(1, min(MAX_BUNDLE, -(-len(bundled) // max(1, jobs))))
@@ -677,10 +677,10 @@ def plan_bundles(specs: list[KernelSpec], jobs: int) -> list[list[KernelSpec]]:
     for spec in bundled:
         by_key.setdefault(spec.bundle_key, []).append(spec)
     groups = []
-    for family_specs in by_key.values():
-        count = -(-len(family_specs) // size)
-        bounds = [len(family_specs) * i // count for i in range(count + 1)]  # catalog order: neighbours share most
-        groups += [family_specs[a:b] for a, b in zip(bounds, bounds[1:])]
+    for key_specs in by_key.values():
+        count = -(-len(key_specs) // size)
+        bounds = [len(key_specs) * i // count for i in range(count + 1)]  # catalog order: neighbours share most
+        groups += [key_specs[a:b] for a, b in zip(bounds, bounds[1:])]
     groups += [[s] for s in specs if not s.bundles]
     return sorted(groups, key=lambda g: (g[0].arch, len(g)), reverse=True)
 

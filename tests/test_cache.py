@@ -341,8 +341,7 @@ def test_plan_bundles_groups_one_key_up_to_max_bundle_and_only_as_needed():
     groups = plan_bundles(catalog(90), 2)
     assert MAX_BUNDLE == 8 and len(catalog(90)) == 218 and len(groups) == 32
     assert [len(g) for g in groups[:13]] == [8] * 13
-    two_cta = [g for g in groups if any(getattr(s, "ctas_per_sm", 1) == 2 and s.family == "fpaintb_gemm_sm90"
-                                        for s in g)]
+    two_cta = [g for g in groups if g[0].bundle_key == "fpaintb_gemm_sm90.cu.j2 ctas_per_sm=2"]
     assert len(two_cta) == 1 and len(two_cta[0]) == 8 and all(s.ctas_per_sm == 2 for s in two_cta[0])
     assert {g[0].template for g in groups[:13]} == {"conv2d_int8_sm90.cu.j2", "fpaintb_gemm_sm90.cu.j2",
                                                     "w8a8_gemm_sm90.cu.j2"}

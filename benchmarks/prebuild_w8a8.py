@@ -11,7 +11,7 @@ import time
 
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate, w8a8_sm90_blocks_in_flight
 
 
 def test_specs() -> list:
@@ -33,12 +33,17 @@ def test_specs() -> list:
               for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
               for epilogue in ("clamp", "silu")]
     # test_bias_activation_outputs at M = 5, 17 and 33: the 64-row pingpong tiles, every output and epilogue.
-    specs += [W8A8Sm90Spec((64, tn), 128, scheme, output, "pingpong", "persistent", True, epilogue)
+    specs += [W8A8Sm90Spec((64, tn), 128, scheme, output, "pingpong", "persistent", True, epilogue,
+                           blocks_in_flight=w8a8_sm90_blocks_in_flight(128, (64, tn), True))
               for tn in (16, 32) for scheme in ("symmetric", "asymmetric") for output in ("f32", "f16", "bf16")
               for epilogue in ("clamp", "silu")]
     # test_bias_activation_pingpong_64_tokens: the symmetric 64 x 64 pingpong tile, every output and epilogue.
-    specs += [W8A8Sm90Spec((64, 64), 128, "symmetric", output, "pingpong", "persistent", True, epilogue)
+    specs += [W8A8Sm90Spec((64, 64), 128, "symmetric", output, "pingpong", "persistent", True, epilogue,
+                           blocks_in_flight=w8a8_sm90_blocks_in_flight(128, (64, 64), True))
               for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]
+    # test_blocks_in_flight_equal_one_at_a_time: the pingpong tiles with one block at a time.
+    specs += [W8A8Sm90Spec((64, tn), 128, scheme, "f16", "pingpong", "persistent", True)
+              for tn in (16, 32) for scheme in ("symmetric", "asymmetric")]
     # test_256_row_tile: the 256 x 128 tile and the 128 x 128 one it is compared with, every output and epilogue.
     specs += [W8A8Sm90Spec(tile, 128, "symmetric", output, epilogue=epilogue) for tile in ((256, 128), (128, 128))
               for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]

@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_w8a8_gemm_sm90_s8s8_bf16_sym_b128_256x128x128_c1x1_cooperative_persistent
-// spec:   W8A8Sm90Spec(tile=(256, 128), block_size=128, scheme='symmetric', output='bf16', schedule='cooperative', scheduler='persistent', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, arch=90)
+// spec:   W8A8Sm90Spec(tile=(256, 128), block_size=128, scheme='symmetric', output='bf16', schedule='cooperative', scheduler='persistent', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, blocks_in_flight=1, max_stages=8, arch=90)
 
 // W8A8 GEMM quantized per K-block on Sm90 (symmetric scheme, block size 128):
 
@@ -102,10 +102,11 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     void, LayoutD, kAlignmentD, ElementOutput, LayoutD, kAlignmentD,
     EpilogueSchedule, FusionOp>::CollectiveOp;
 
-// Stages: as many as the shared memory left beside the epilogue holds.
+// Stages: as many as the shared memory left beside the epilogue holds, at most 8.
 template <int Stages>
 using MainloopOf = qgemm::w8a8::Sm90BlockPromoteMma<Stages, ClusterShape, KernelSchedule, Scheme, TileShape, int8_t,
-                                                    /*AlternateWarpGroups=*/false>;
+                                                    /*AlternateWarpGroups=*/false,
+                                                    /*BlocksInFlight=*/1>;
 constexpr int kSmemForMainloop = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes -
                                  int(sizeof(typename CollectiveEpilogue::SharedStorage)) - 1024;
 constexpr int kStages = kSmemForMainloop / MainloopOf<1>::kStageBytes < 8 ? kSmemForMainloop / MainloopOf<1>::kStageBytes : 8;
@@ -228,4 +229,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_bf16_sym_b128_256x128x128_c1x1_cooperative_persistent, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":128,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"output\":\"bf16\",\"schedule\":\"cooperative\",\"scheduler\":\"persistent\",\"scheme\":\"symmetric\",\"swap_ab\":false,\"tile\":[256,128]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_bf16_sym_b128_256x128x128_c1x1_cooperative_persistent, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":128,\"blocks_in_flight\":1,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"max_stages\":8,\"output\":\"bf16\",\"schedule\":\"cooperative\",\"scheduler\":\"persistent\",\"scheme\":\"symmetric\",\"swap_ab\":false,\"tile\":[256,128]}")

@@ -42,6 +42,11 @@ ROOT = Path(__file__).resolve().parent.parent
     (dict(alternate=1), "alternate must be a bool"),
     (dict(schedule="pingpong", tile=(64, 128), alternate=True), "alternate (two warp groups taking turns on one "
                                                                 "tile) needs the cooperative schedule"),
+    (dict(blocks_in_flight=3), "blocks_in_flight must be one of (1, 2, 4), got 3"),
+    (dict(blocks_in_flight=True), "blocks_in_flight must be one of (1, 2, 4), got True"),
+    (dict(blocks_in_flight=2, block_size=64), "blocks_in_flight > 1 needs one promotion per stage"),
+    (dict(blocks_in_flight=2, tile=(256, 128), scheme="symmetric"), "one 64-row slice per warp group"),
+    (dict(blocks_in_flight=2, alternate=True), "and no turns, got block_size=128, tile M 128, alternate=True"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(tile=(128, 128), block_size=128, scheme="asymmetric", output="f16")
@@ -77,6 +82,26 @@ def test_alternate_kernels():
     alternating = {s for s in catalog(90, W8A8Sm90Spec.family) if s.alternate}
     assert {(s.scheme, s.block_size, s.tile, s.scheduler) for s in alternating} == {
         ("asymmetric", 128, (128, 128), "persistent"), ("asymmetric", 128, (128, 128), "streamk")}
+
+
+def test_blocks_in_flight_kernels():
+    """blocks_in_flight names the kernel and reaches the collective's template argument; 1 (the default)
+    keeps the name and source of a kernel without it."""
+    spec = W8A8Sm90Spec((64, 16), 128, "symmetric", "f16", "pingpong", swap_ab=True, blocks_in_flight=2)
+    assert spec.name == "qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_64x16x128_c1x1_pingpong_inflight2_persistent_swapab"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    assert "/*BlocksInFlight=*/2>" in render(spec).source
+    one = W8A8Sm90Spec((64, 16), 128, "symmetric", "f16", "pingpong", swap_ab=True)
+    assert one.name == "qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_64x16x128_c1x1_pingpong_persistent_swapab"
+    assert "/*BlocksInFlight=*/1>" in render(one).source
+    assert W8A8Sm90Spec((128, 128), 256, "asymmetric", "f16", blocks_in_flight=4).blocks_in_flight == 4
+    # The catalog and the plan's rules: two in flight on the swapped 64-row pingpong tiles, one elsewhere.
+    for spec in catalog(90, W8A8Sm90Spec.family):
+        assert spec.blocks_in_flight == (2 if spec.schedule == "pingpong" else 1), spec.name
+        assert spec.max_stages == 8
+    for m in (1, 16, 33, 64, 128, 4096):
+        spec = heuristics.w8a8_sm90_choice(m, 4096, 4096, 128, "symmetric", "bf16", "silu", 132).spec
+        assert spec.blocks_in_flight == (2 if spec.schedule == "pingpong" else 1), (m, spec.name)
 
 
 def test_weight_scale_per_tile():

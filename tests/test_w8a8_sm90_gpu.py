@@ -22,7 +22,8 @@ import torch
 
 import qgemm
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_alternate, w8a8_sm90_schedule
+from cutlass_gen.families.w8a8 import (W8A8Sm90Spec, w8a8_sm90_alternate, w8a8_sm90_blocks_in_flight,
+                                       w8a8_sm90_schedule)
 from qgemm import reference
 from qgemm.w8a8 import heuristics
 
@@ -175,6 +176,25 @@ def test_stream_k(scheme, alternate, tile_m, splits):
     assert rel_err(out, ref) < BOUND[torch.float16]
 
 
+@pytest.mark.parametrize("k_blocks", [1, 2, 3, 5, 56])
+@pytest.mark.parametrize("scheme, tile_n, m", [("symmetric", 16, 1), ("symmetric", 16, 17), ("symmetric", 32, 33),
+                                               ("asymmetric", 16, 1), ("asymmetric", 32, 3), ("asymmetric", 32, 33)])
+def test_blocks_in_flight_equal_one_at_a_time(scheme, tile_n, m, k_blocks):
+    """The catalog's pingpong tiles keep two blocks in flight per warp group; they promote the same
+    int32 products in the same order as the kernel that takes one block at a time, so the outputs are
+    equal bit for bit. K = 1, 3 and 5 blocks leave an odd block to the one-at-a-time tail of the loop,
+    1 block runs only that tail; M = 17 and 33 give the pingpong warp groups two or three token tiles."""
+    spec = W8A8Sm90Spec((64, tile_n), 128, scheme, "f16", "pingpong", "persistent", True, blocks_in_flight=2)
+    assert spec in _sm90_catalog(), spec.name
+    out, ref, plan, xq = _case(m, 264, 128 * k_blocks, 128, scheme, torch.float16, choice=heuristics.W8A8Sm90Choice(spec))
+    assert rel_err(out, ref) < BOUND[torch.float16]
+    one = dataclasses.replace(spec, blocks_in_flight=1)
+    out_one = torch.full_like(out, float("nan"))
+    plan.gemm(xq, out=out_one, choice=heuristics.W8A8Sm90Choice(one))
+    torch.cuda.synchronize()
+    assert torch.equal(out, out_one)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("m", ODD_M)
 def test_quantize_symmetric_bit_exact(dtype, m):
@@ -287,7 +307,8 @@ def test_programmatic_launch_chain(scheme, m, tile, swap_ab, scheduler, splits):
     plans = [qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k, seed=60 + i) * 0.02, 128, scheme=scheme),
                                 out_dtype=torch.float16) for i in range(3)]
     spec = W8A8Sm90Spec(tile, 128, scheme, "f16", w8a8_sm90_schedule(tile), scheduler, swap_ab,
-                        alternate=w8a8_sm90_alternate(scheme, 128, tile, swap_ab))
+                        alternate=w8a8_sm90_alternate(scheme, 128, tile, swap_ab),
+                        blocks_in_flight=w8a8_sm90_blocks_in_flight(128, tile, swap_ab))
     assert spec.programmatic_launch
     assert _runtime.get_kernel(spec, 90).programmatic_launch == _runtime.PROGRAMMATIC_LAUNCH
     choice = heuristics.W8A8Sm90Choice(spec, splits=splits)

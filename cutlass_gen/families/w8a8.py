@@ -82,7 +82,11 @@ class W8A8Sm90Spec(KernelSpec):
     block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu". `alternate`
     (cooperative only): the two warp groups take turns on the tensor cores, so that one promotes
     while the other's WGMMAs run (faster for the asymmetric scheme's heavier promotion, slower for
-    the symmetric one: see sm90_block_promote.hpp).
+    the symmetric one: see sm90_block_promote.hpp). `blocks_in_flight` (1, 2 or 4; blocks of 128 or
+    256, tile M 64 or 128, no turns): a warp group issues that many blocks' WGMMAs before it waits for
+    the first and promotes each as it completes, so that the latencies of a decode tile's short
+    blocks overlap instead of chaining. `max_stages`: the pipeline's stages are as many as the shared
+    memory beside the epilogue holds, at most this many.
     """
 
     family: ClassVar[str] = "w8a8_gemm_sm90"
@@ -109,6 +113,8 @@ class W8A8Sm90Spec(KernelSpec):
     epilogue: str = "clamp"
     cluster: tuple = (1, 1)
     alternate: bool = False
+    blocks_in_flight: int = 1
+    max_stages: int = 8
     arch: int = 90
 
     def __post_init__(self):
@@ -151,6 +157,14 @@ class W8A8Sm90Spec(KernelSpec):
                              f"got {self.schedule!r}")
         if self.alternate and tm != 128:
             raise ValueError(f"alternate (turns per block) needs tile M 128 (one 64-row slice per warp group), got {tm}")
+        if self.blocks_in_flight not in (1, 2, 4) or isinstance(self.blocks_in_flight, bool):
+            raise ValueError(f"blocks_in_flight must be one of (1, 2, 4), got {self.blocks_in_flight!r}")
+        if self.blocks_in_flight > 1 and (self.block_size < self.TILE_K or tm == 256 or self.alternate):
+            raise ValueError(f"blocks_in_flight > 1 needs one promotion per stage (block_size 128 or 256), one "
+                             f"64-row slice per warp group (tile M 64 or 128) and no turns, got block_size="
+                             f"{self.block_size}, tile M {tm}, alternate={self.alternate}")
+        if isinstance(self.max_stages, bool) or not isinstance(self.max_stages, int) or not 2 <= self.max_stages <= 32:
+            raise ValueError(f"max_stages must be an int in [2, 32], got {self.max_stages!r}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 
@@ -178,8 +192,11 @@ class W8A8Sm90Spec(KernelSpec):
         swap = "_swapab" if self.swap_ab else ""
         epilogue = "" if self.epilogue == "clamp" else f"_{self.epilogue}"
         alternate = "_alt" if self.alternate else ""
+        in_flight = f"_inflight{self.blocks_in_flight}" if self.blocks_in_flight > 1 else ""
+        in_flight += f"_s{self.max_stages}" if self.max_stages != 8 else ""
         return (f"qgemm_w8a8_gemm_sm90_s8s8_{self.output}_{scheme}_b{self.block_size}"
-                f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}{alternate}_{self.scheduler}{swap}{epilogue}")
+                f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}{alternate}{in_flight}_{self.scheduler}{swap}"
+                f"{epilogue}")
 
 
 @dataclass(frozen=True)
@@ -386,6 +403,15 @@ def w8a8_sm90_alternate(scheme: str, block_size: int, tile: tuple, swap_ab: bool
     return scheme == "asymmetric" and block_size == 128 and tuple(tile) == (128, 128) and not swap_ab
 
 
+def w8a8_sm90_blocks_in_flight(block_size: int, tile: tuple, swap_ab: bool) -> int:
+    """Blocks each warp group keeps in flight (W8A8Sm90Spec.blocks_in_flight) in a configuration's kernel:
+    2 for the swapped 64-row pingpong tiles at block 128, measured 2-10% faster than one at a time on the
+    H200 (64 x 16, 64 x 32 and 64 x 64 tokens, both schemes, 1-128 rows, the issue's six shapes; never
+    slower beyond noise: benchmarks/README.md), where one warp group's short blocks chain; 1 elsewhere
+    (4 in flight and deeper pipelines measured no better; the cooperative tiles were not measured)."""
+    return 2 if block_size == 128 and tile[0] == 64 and swap_ab else 1
+
+
 def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
     if target_sm < 90:
         return []
@@ -393,7 +419,8 @@ def _w8a8_sm90(target_sm: int) -> list[KernelSpec]:
     def spec(config, block_size, scheme, output):
         tile, swap_ab, scheduler = config
         return W8A8Sm90Spec(tile, block_size, scheme, output, w8a8_sm90_schedule(tile), scheduler, swap_ab,
-                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
+                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab),
+                            blocks_in_flight=w8a8_sm90_blocks_in_flight(block_size, tile, swap_ab))
 
     specs = [spec(c, 128, "symmetric", output) for output in ("f16", "bf16")
              for c in w8a8_sm90_configs(128, "symmetric")]

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 
 from cutlass_gen.catalog import catalog
-from cutlass_gen.families.w8a8 import w8a8_sm90_alternate, w8a8_sm90_configs, w8a8_sm90_schedule
+from cutlass_gen.families.w8a8 import (w8a8_sm90_alternate, w8a8_sm90_blocks_in_flight, w8a8_sm90_configs,
+                                       w8a8_sm90_schedule)
 from cutlass_gen.families.w8a8 import W8A8_PROMOTE_DECODE, W8A8_PROMOTE_LARGE, W8A8_PROMOTE_MIDDLE, w8a8_promote_spec
 from cutlass_gen.families.w8a8 import W8A8GemmSpec, W8A8GemvSpec, W8A8PromoteSpec, W8A8Sm90Spec
 
@@ -204,7 +205,8 @@ def w8a8_sm90_choice(m: int, n: int, k: int, block_size: int, scheme: str, outpu
                      sm_count: int) -> W8A8Sm90Choice:
     def spec(tile, swap_ab, scheduler="persistent"):
         return W8A8Sm90Spec(tile, block_size, scheme, output, w8a8_sm90_schedule(tile), scheduler, swap_ab, epilogue,
-                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab))
+                            alternate=w8a8_sm90_alternate(scheme, block_size, tile, swap_ab),
+                            blocks_in_flight=w8a8_sm90_blocks_in_flight(block_size, tile, swap_ab))
 
     # Only the configurations the catalog builds for this block size (outputs and epilogues outside
     # the catalog are built on first use, in the same configuration as the catalog's F16 kernel).

@@ -115,8 +115,17 @@ CUTLASS_DEVICE void cp_async_float(float* smem, float const* gmem, bool valid) {
 // per element, gains 2-5% at M = 4096; the symmetric one (two) loses 10-15%, because one warp
 // group's 64 x 128 WGMMAs alone run the tensor cores at about half their rate, and strict turns
 // leave them there.
+//
+// BlocksInFlight_: how many blocks' WGMMAs a warp group issues before it waits for the first of them
+// (1: one block at a time). A 64-row decode tile's block is a few small WGMMAs whose latency, with the
+// wait, the promotion and the stage's barriers, makes one block a serial step of about 240 ns (H200,
+// benchmarks/README.md); a weight of few tiles leaves each CTA a long chain of such steps. With n in
+// flight, the warp group issues n blocks (each into its own int32 temporary) and promotes each as it
+// completes, so the blocks' latencies overlap. Every temporary is waited for inside the group: nothing
+// is in flight across the loop's back edge (ptxas's C7514, below). Blocks of 128 and 256 (one
+// promotion per stage) and one 64-row slice per warp group.
 template <int Stages, class ClusterShape_, class KernelSchedule, class Scheme_, class TileShape_,
-          class ElementOperand_ = int8_t, bool AlternateWarpGroups_ = false>
+          class ElementOperand_ = int8_t, bool AlternateWarpGroups_ = false, int BlocksInFlight_ = 1>
 struct Sm90BlockPromoteMma {
   using Scheme = Scheme_;
   using DispatchPolicy = MainloopSm90BlockPromote<Stages, ClusterShape_, KernelSchedule, Scheme>;
@@ -143,6 +152,10 @@ struct Sm90BlockPromoteMma {
       cute::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, KernelSchedule>;
   static constexpr bool kAlternate = AlternateWarpGroups_;
   static_assert(!kAlternate || IsCooperative, "warp groups alternate on one tile: the cooperative schedule");
+  static constexpr int kBlocksInFlight = BlocksInFlight_;
+  static_assert(kBlocksInFlight == 1 || kBlocksInFlight == 2 || kBlocksInFlight == 4, "1, 2 or 4 blocks in flight");
+  static_assert(kBlocksInFlight == 1 || (kPromotionsPerStage == 1 && !kAlternate),
+                "blocks in flight: one promotion per stage (blocks of 128 or 256), no turns");
   // Named barriers (user ids, after CUTLASS's reserved ones) of the alternation: "warp group 0 may
   // issue", "warp group 1 may issue", and the start of a tile.
   static constexpr uint32_t kTurnBarrier0 = 0, kTurnBarrier1 = 1, kTileStartBarrier = 2;
@@ -501,6 +514,45 @@ struct Sm90BlockPromoteMma {
 
     clear(accum);
     warpgroup_fence_operand(accum);
+    if constexpr (kBlocksInFlight > 1) {
+      static_assert(kSlicesM == 1, "blocks in flight: one 64-row slice per warp group");
+      // Groups of kBlocksInFlight stages: each stage's WGMMAs into its own temporary (one commit
+      // each), then each promoted as soon as its batch is done, and its stage handed back.
+      decltype(temp) group[kBlocksInFlight];
+      PipelineState stages[kBlocksInFlight];
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (; k_tile_count >= kBlocksInFlight; k_tile_count -= kBlocksInFlight) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < kBlocksInFlight; ++b) {
+          stages[b] = smem_pipe_read;
+          ++smem_pipe_read;
+          auto barrier_token = pipeline.consumer_try_wait(stages[b]);
+          pipeline.consumer_wait(stages[b], barrier_token);
+          int read_stage = stages[b].index();
+          tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+          warpgroup_fence_operand(group[b]);
+          warpgroup_arrive();
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < kMmaK; ++k) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int n = 0; n < size<1>(temp); ++n) {
+              cute::gemm(tiled_mma, tCrA(_, _0{}, k, read_stage), tCrB(_, n, k, read_stage), group[b](_, n));
+            }
+            tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+          }
+          warpgroup_commit_batch();
+        }
+        cute::for_each(make_int_sequence<kBlocksInFlight>{}, [&](auto b) {
+          warpgroup_wait<kBlocksInFlight - 1 - decltype(b)::value>();  // batch b done, later ones may run
+          warpgroup_fence_operand(group[b]);
+          int read_stage = stages[b].index();
+          promote(accum(_, _0{}, _), group[b], tCcC(_, _0{}, _), shared_tensors.rows[read_stage],
+                  shared_tensors.cols[read_stage]);
+          pipeline.consumer_release(stages[b]);
+        });
+      }
+      // The last k_tile_count % kBlocksInFlight stages: one at a time, below.
+    }
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {
       auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);

@@ -5,20 +5,23 @@ before it goes into the catalog (build it into the cache first).
 
     python benchmarks/diag_w8a8_choices.py --m 1 --m 16 --nk 4096x14336 \\
         --candidate pingpong:64x16s --candidate cooperative:128x16s:streamk:4 \\
-        --candidate pingpong:64x32s:persistent:0:1x2"""
+        --candidate pingpong:64x32s:persistent:0:1x2 --candidate pingpong:64x16s:persistent:0:1x1:2"""
 import argparse
+import time
 
 import torch
 
 import qgemm
+from cutlass_gen.build import build_many
 from cutlass_gen.families.w8a8 import W8A8Sm90Spec
 from qgemm.bench.timing import rotation_count, timed_rotating
 from qgemm.w8a8.heuristics import W8A8Sm90Choice
 
 
 def parse_candidate(text: str, scheme: str) -> W8A8Sm90Choice:
-    """schedule:TMxTN[s][:scheduler[:splits[:CMxCN]]] (s: swapped operands; CMxCN the cluster, default 1x1)
-    -> a choice with FP16 out."""
+    """schedule:TMxTN[s][:scheduler[:splits[:CMxCN[:in_flight[:max_stages]]]]] (s: swapped operands; CMxCN the
+    cluster, default 1x1; in_flight the blocks each warp group keeps in flight, default 1; max_stages the
+    pipeline's stage cap, default 8) -> a choice with FP16 out."""
     parts = text.split(":")
     schedule, tile = parts[0], parts[1]
     swap = tile.endswith("s")
@@ -26,8 +29,31 @@ def parse_candidate(text: str, scheme: str) -> W8A8Sm90Choice:
     scheduler = parts[2] if len(parts) > 2 else "persistent"
     splits = int(parts[3]) if len(parts) > 3 else 0
     cluster = tuple(int(v) for v in parts[4].split("x")) if len(parts) > 4 else (1, 1)
-    spec = W8A8Sm90Spec((tm, tn), 128, scheme, "f16", schedule, scheduler, swap, "clamp", cluster, False)
+    in_flight = int(parts[5]) if len(parts) > 5 else 1
+    max_stages = int(parts[6]) if len(parts) > 6 else 8
+    spec = W8A8Sm90Spec((tm, tn), 128, scheme, "f16", schedule, scheduler, swap, "clamp", cluster, False, in_flight,
+                        max_stages)
     return W8A8Sm90Choice(spec, splits=splits)
+
+
+def prebuild(args) -> None:
+    """The plans' kernels for every shape, scheme and M, and the candidates, built in parallel (else each
+    is built on first use, one at a time)."""
+    specs = {}
+    for nk in args.nk:
+        n, k = (int(v) for v in nk.split("x"))
+        w = torch.randn(n, k, device="cuda")
+        for scheme in args.scheme or ("symmetric", "asymmetric"):
+            plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(w, 128, scheme=scheme), out_dtype=torch.float16)
+            for m in args.m or (1, 16):
+                spec = plan.kernel_spec(m)
+                specs[spec.name] = spec
+            for text in args.candidate:
+                spec = parse_candidate(text, scheme).spec
+                specs[spec.name] = spec
+    t0 = time.time()
+    build_many(list(specs.values()), 90, jobs=args.prebuild)
+    print(f"prebuilt {len(specs)} kernels in {time.time() - t0:.0f} s", flush=True)
 
 
 def main():
@@ -39,7 +65,11 @@ def main():
     ap.add_argument("--with-quant", action="store_true",
                     help="also plan(x) (quantization + GEMM, or the fused decode kernel) and "
                          "quantization + the first candidate")
+    ap.add_argument("--prebuild", type=int, default=0, metavar="JOBS",
+                    help="first build every kernel the run needs (the plans' and the candidates') with JOBS jobs")
     args = ap.parse_args()
+    if args.prebuild:
+        prebuild(args)
     for nk in args.nk:
         n, k = (int(v) for v in nk.split("x"))
         torch.manual_seed(0)

@@ -121,7 +121,8 @@ def test_bias_activation_outputs(m, scheme, activation, out_dtype):
     assert rel_err(out, ref) < BOUND[out_dtype]
     if m == 80:
         streamk = dataclasses.replace(spec, tile=(128, 32), schedule="cooperative", scheduler="streamk",
-                                      alternate=w8a8_sm90_alternate(scheme, 128, (128, 32), True))
+                                      alternate=w8a8_sm90_alternate(scheme, 128, (128, 32), True),
+                                      blocks_in_flight=w8a8_sm90_blocks_in_flight(128, (128, 32), True))
         out = torch.full_like(out, float("nan"))
         plan.gemm(xq, out=out, choice=heuristics.W8A8Sm90Choice(streamk))
         torch.cuda.synchronize()

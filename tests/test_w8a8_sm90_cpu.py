@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
     (dict(blocks_in_flight=2, block_size=64), "blocks_in_flight > 1 needs one promotion per stage"),
     (dict(blocks_in_flight=2, tile=(256, 128), scheme="symmetric"), "one 64-row slice per warp group"),
     (dict(blocks_in_flight=2, alternate=True), "and no turns, got block_size=128, tile M 128, alternate=True"),
+    (dict(max_stages=1), "max_stages must be an int in [2, 32], got 1"),
+    (dict(max_stages=3, blocks_in_flight=4), "max_stages must be at least blocks_in_flight"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
     args = dict(tile=(128, 128), block_size=128, scheme="asymmetric", output="f16")

@@ -165,6 +165,12 @@ class W8A8Sm90Spec(KernelSpec):
                              f"{self.block_size}, tile M {tm}, alternate={self.alternate}")
         if isinstance(self.max_stages, bool) or not isinstance(self.max_stages, int) or not 2 <= self.max_stages <= 32:
             raise ValueError(f"max_stages must be an int in [2, 32], got {self.max_stages!r}")
+        # A warp group holds blocks_in_flight stages at once, so fewer stages would deadlock. The tiles that
+        # may keep blocks in flight (M 64 or 128, N <= 128) fit at least four stages of 128 K beside their
+        # epilogue, so the cap alone decides.
+        if self.max_stages < self.blocks_in_flight:
+            raise ValueError(f"max_stages must be at least blocks_in_flight (a warp group holds that many stages "
+                             f"at once), got max_stages={self.max_stages}, blocks_in_flight={self.blocks_in_flight}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 

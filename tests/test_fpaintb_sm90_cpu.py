@@ -167,16 +167,18 @@ def test_render_names_the_pieces():
 
 def test_catalog_is_small_and_sm90_only():
     specs = catalog(90, FAMILY)
-    # Three tiles, each with zeros and scale-only, on 64-deep K tiles with CUTLASS's loop and on 128-deep
-    # ones with qgemm's, and the 16-token tile only on 128-deep ones, per activation type and width; each
-    # kernel costs a minute or more of CI build time. The 16-token tile also with two CTAs per SM.
-    assert len(specs) <= 64
+    # Three tiles on 64-deep K tiles with CUTLASS's loop (with zeros only) and on 128-deep ones with
+    # qgemm's (with zeros and scale-only), and the 16-token tile only on 128-deep ones, per activation type
+    # and width; each kernel costs half a minute or more of CI build time. The 16-token tile also with two
+    # CTAs per SM.
+    assert len(specs) <= 52
     assert {s.tile_k for s in specs if s.tile == (128, 16)} == {128}
     assert {s.tile for s in specs if s.ctas_per_sm == 2} == {(128, 16)}
     assert sum(s.ctas_per_sm == 2 for s in specs) == 8
     assert {s.bundle_key for s in specs if s.ctas_per_sm == 2} == {"fpaintb_gemm_sm90.cu.j2 ctas_per_sm=2"}
     assert {(s.act, s.bits) for s in specs} == {("f16", 4), ("f16", 8), ("bf16", 4), ("bf16", 8)}
-    assert sum(not s.zeros for s in specs) == len(specs) // 2
+    assert all(s.zeros for s in specs if s.tile_k == 64)
+    assert sum(not s.zeros for s in specs if s.tile_k == 128) == sum(s.tile_k == 128 for s in specs) // 2
     assert {(s.tile_k, s.mainloop) for s in specs} == {(64, "cutlass"), (128, "ahead")}
     assert catalog(80, FAMILY) == [] and catalog(75, FAMILY) == []
     sweep = fpaintb_sm90_specs("f16", 4, sweep=True)
@@ -199,7 +201,8 @@ def test_heuristic_picks_catalog_kernels_over_all_m():
 
 def test_heuristic_takes_the_ahead_loop_where_k_tiles_of_128_fit():
     """qgemm's consumer loop on 128-deep K tiles where K and the group size (or per channel) are
-    multiples of 128; CUTLASS's loop on 64-deep tiles for group 64 and K an odd multiple of 64."""
+    multiples of 128; CUTLASS's loop on 64-deep tiles for group 64 and K an odd multiple of 64, with
+    zeros for symmetric weights too (the catalog has no scale-only form of it; zero' = 0)."""
     def spec(k, group_size, zeros=True):
         return heuristics.fpaintb_sm90_choice(300, 4096, k, 4, "f16", 132, zeros=zeros, group_size=group_size).spec
     for k, g in ((4096, 128), (4096, 256), (4096, None), (4096, 4096), (11008, 128)):
@@ -208,9 +211,10 @@ def test_heuristic_takes_the_ahead_loop_where_k_tiles_of_128_fit():
             assert (s.tile_k, s.mainloop, s.zeros) == (128, "ahead", zeros), (k, g)
             assert s.supports(k, g or k)
     for k, g in ((4096, 64), (704, None), (704, 64), (64, 64)):
-        s = spec(k, g)
-        assert (s.tile_k, s.mainloop) == (64, "cutlass"), (k, g)
-        assert s.supports(k, g or k)
+        for zeros in (True, False):
+            s = spec(k, g, zeros)
+            assert (s.tile_k, s.mainloop, s.zeros) == (64, "cutlass", True), (k, g)
+            assert s.supports(k, g or k)
 
 
 def test_heuristic_tile_by_m():
@@ -655,6 +659,12 @@ def test_plan_takes_scale_only_where_zero_prime_is_zero(sm90_plan):
         for m in (heuristics.FPAINTB_SM90_MIN_M, 64, 1000):
             spec = plan.choice(m).spec
             assert spec.family == FAMILY and spec.zeros != scale_only, (zero, m, spec.name)
+    # group 64 runs CUTLASS's 64-deep loop, whose catalog form has zeros: symmetric weights pass zero' = 0
+    plan = sm90_plan(None, group_size=64)
+    for m in (heuristics.FPAINTB_SM90_NARROW_MAX_M + 1, 64, 1000):
+        spec = plan.choice(m).spec
+        assert (spec.tile_k, spec.zeros) == (64, True) and spec in catalog(90, FAMILY), (m, spec.name)
+    assert not plan._sm90_zero.any()
 
 
 def test_plan_refuses_forced_sm90_choices_that_do_not_fit(sm90_plan):

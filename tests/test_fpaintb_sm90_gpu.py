@@ -68,7 +68,9 @@ def test_every_catalog_kernel(bits, dtype):
     activation; stream-K kernels also with 3 split-K slices. The scale-only kernels (spec.zeros False)
     run on the symmetric weights and are refused, before any launch, for the weights with zeros; the
     128-deep K tile kernels run where K and the group size are multiples of 128 (640 in groups of 128,
-    768 in groups of 256) and are refused for the others (K = 704, group 64 or per channel)."""
+    768 in groups of 256) and are refused for the others (K = 704, group 64 or per channel). The 64-deep
+    kernels with zeros also run the symmetric per-channel weight (zero' = 0), as the plan runs symmetric
+    weights of group 64 on them (the catalog has no 64-deep scale-only form)."""
     n = 136
     for group_size, k, zeros in ((64, 704, True), (128, 640, True), (256, 768, False), (None, 704, False)):
         g = group_size or k

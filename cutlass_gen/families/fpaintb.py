@@ -429,13 +429,14 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 # kernel's N): what qgemm/fpaintb/heuristics.py fpaintb_sm90_choice picks, for FP16 and BF16 and INT4 and INT8.
 # Each catalog tile comes in these forms (FpAIntBSm90Spec keywords): qgemm's consumer loop on 128-deep K
 # tiles with zeros and scale-only, for weights whose K and group size are multiples of 128 (2-13% faster,
-# heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros and scale-only for
-# the others (group 64, K an odd multiple of 64).
-FPAINTB_SM90_VARIANTS = [
-    dict(zeros=True), dict(zeros=False),
-    dict(zeros=True, tile_k=128, mainloop="ahead"), dict(zeros=False, tile_k=128, mainloop="ahead"),
-]
-FPAINTB_SM90_AHEAD_VARIANTS = FPAINTB_SM90_VARIANTS[2:]
+# heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros for the others (group
+# 64, K an odd multiple of 64). Those are rare, so their kernel with zeros also runs symmetric weights
+# (zero' = 0: it reads a zero per scale, about 3% more bytes than the INT4 g64 codes and scales alone)
+# rather than the catalog carrying a scale-only form too: twelve kernels, about four minutes of CI build.
+# FPAINTB_SM90_SWEEP_CONFIGS keeps the scale-only forms for benchmarks.
+FPAINTB_SM90_AHEAD_VARIANTS = [dict(zeros=True, tile_k=128, mainloop="ahead"),
+                               dict(zeros=False, tile_k=128, mainloop="ahead")]
+FPAINTB_SM90_VARIANTS = [dict(zeros=True), *FPAINTB_SM90_AHEAD_VARIANTS]
 # The 16-token tile also with two CTAs per SM (qgemm/fpaintb/heuristics.py FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K:
 # more output tiles than SMs). They share translation units only with each other (FpAIntBSm90Spec.bundle_key).
 FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AHEAD_VARIANTS]
@@ -443,7 +444,7 @@ FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AH
 # batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The
 # 16-token tile comes only with qgemm's loop: below 17 rows the other weights keep the Sm80 kernels
 # (heuristics.FPAINTB_SM90_NARROW_MAX_M). Every kernel costs one to two minutes of CI build time, so the
-# catalog stays at these 64 (16 per activation type and width);
+# catalog stays at these 52 (13 per activation type and width);
 # FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
 # benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in
 # the CI build.
@@ -455,6 +456,10 @@ FPAINTB_SM90_CONFIGS = [
 ]
 FPAINTB_SM90_SWEEP_CONFIGS = [
     dict(tile=(128, 16), scheduler="streamk"),
+    # CUTLASS's loop scale-only (the catalog runs symmetric weights of group 64 on its form with zeros)
+    dict(tile=(128, 32), scheduler="streamk", zeros=False),
+    dict(tile=(128, 64), scheduler="streamk", zeros=False),
+    dict(tile=(128, 128), scheduler="streamk", zeros=False),
     dict(tile=(128, 64), scheduler="persistent"),
     dict(tile=(128, 128), scheduler="persistent"),
     dict(tile=(128, 256), scheduler="persistent"),

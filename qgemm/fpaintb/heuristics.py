@@ -386,10 +386,10 @@ FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K = 8192
 
 def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: int,
                         zeros: bool = True, group_size: int | None = None) -> FpAIntBSm90Choice:
-    """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). zeros=False
-    (the weight's zero' is 0 everywhere: symmetric weights) takes the scale-only kernel of the same tile.
-    Where K and the group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer
-    loop on 128-deep K tiles (FPAINTB_SM90_AHEAD), else CUTLASS's on 64-deep ones. A 128-token tile whose
+    """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). Where K and the
+    group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer loop on 128-deep K
+    tiles (FPAINTB_SM90_AHEAD), and zeros=False (the weight's zero' is 0 everywhere: symmetric weights)
+    takes its scale-only form; else CUTLASS's loop on 64-deep ones, with zeros whatever the weight. A 128-token tile whose
     tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS) unless
     its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K. The 16-token tile runs two
     CTAs per SM where its tiles outnumber the SMs, under forced stream-K where K is above
@@ -405,7 +405,9 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros, ctas_per_sm=2 if two_ctas else 1,
                            **FPAINTB_SM90_AHEAD)
     if not spec.supports(k, group_size or k):
-        spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=zeros)
+        # CUTLASS's loop on 64-deep K tiles: the catalog has it only with zeros, which symmetric weights
+        # run with zero' = 0 (cutlass_gen/families/fpaintb.py FPAINTB_SM90_VARIANTS)
+        spec = FpAIntBSm90Spec(act, bits, tile, schedule, scheduler, zeros=True)
     long_k = spec.ctas_per_sm == 2 and k > FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K
     return FpAIntBSm90Choice(spec, splits=splits,
                              decomposition=DECOMPOSITION_STREAM_K if long_k else DECOMPOSITION_HEURISTIC)

@@ -116,8 +116,9 @@ def test_plan_dispatch_odd_shapes(bits, dtype, group_size, zeros):
             choice = plan.choice(m)
             sm90 = heuristics.fpaintb_sm90_applies(m, n, k, g, 90)
             assert isinstance(choice, heuristics.FpAIntBSm90Choice) == sm90, (m, g)
-            if sm90:  # random zero points are almost never all at the code bias
-                assert choice.spec.zeros == zeros, (m, g, choice.spec.name)
+            if sm90:  # random zero points are almost never all at the code bias; CUTLASS's 64-deep loop
+                # (group 64) comes only with zeros, which symmetric weights run with zero' = 0
+                assert choice.spec.zeros == (zeros or choice.spec.tile_k == 64), (m, g, choice.spec.name)
             assert plan.sm90 == (group_size != 32)
             x = randn(m, k, dtype=dtype, seed=m)
             err = rel_err(run(plan, x), reference(x, weight))

@@ -77,14 +77,17 @@ TERMINATE_GRACE_S = 1.0
 
 # Peak resident memory of one CUTLASS compile; bounds parallel jobs by RAM.
 BYTES_PER_JOB = {75: 1 << 30, 80: 1 << 30, 90: 4 << 30}
-# What each further kernel of a bundle adds to it: three Sm90 W8A8 kernels 4.7 GiB, one 3.1 GiB; eight Sm90
-# FpA x IntB kernels 7.1 GiB, one 4.6 GiB (peak resident size of the compile).
-BUNDLE_BYTES_PER_KERNEL = 820 << 20  # 0.8 GiB
-# Most kernels compiled in one translation unit. Each adds ~21 s to a bundle against ~77 s alone (Sm90
-# W8A8); eight Sm90 FpA x IntB kernels compile in 278 s where four take 195 and one 124 (the front end,
-# cudafe++ and cicc's parse of CuTe, is most of a compile and is shared). A bundle is one job, so a larger
-# one would leave cores idle at the end of a build; at eight, two jobs fit a 24 GiB machine.
-MAX_BUNDLE = 8
+# What each further kernel of a bundle adds to it (peak resident size of the compile): Sm90 W8A8 one 3.1 GiB,
+# three 4.7, ten 7.9; Sm90 FpA x IntB one 4.6 GiB, eight 7.1, eleven 9.4; Sm90 FP8 blockwise ten 9.9: about
+# 0.5 GiB a kernel.
+BUNDLE_BYTES_PER_KERNEL = 574 << 20  # 0.56 GiB: eleven kernels ask what eight did at 0.8
+# Most kernels compiled in one translation unit. The front end (cudafe++ and cicc's parse of CuTe) is most
+# of a compile and is shared: Sm90 FpA x IntB one kernel 124 s, four 195-206, eight 278, eleven 361 s
+# (cudafe++ 49 s, cicc 240, ptxas 21, the host compile 46: nvcc --time), so ~22 s a kernel more against
+# ~120 s for a compile of its own; the ten Sm90 FP8 kernels 316 s in one compile, 2 x 260 s in two. A
+# bundle is one job, so a larger one leaves cores idle at the end of a build; at eleven two jobs take what
+# two of eight took before (4 + 10 x 0.56 GiB each) and fit a 24 GiB machine.
+MAX_BUNDLE = 11
 
 
 class BuildError(RuntimeError):

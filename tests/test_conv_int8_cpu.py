@@ -678,9 +678,9 @@ def test_quant_conv2d_rejects_bad_scales(fake_gpu):
 # --- the compiled kernel's host library -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def a4_host(tmp_path_factory):
-    """The 64x64 alignment-4 Ampere kernel, built once for this module (~10 s)."""
-    return HostLibrary(str(build(SM80_A4, 80, tmp_path_factory.mktemp("qgemm-conv-cache")).so_path))
+def a4_host(kernel_cache):
+    """The 64x64 alignment-4 Ampere kernel (a catalog kernel: in CI's cache already; else ~10 s)."""
+    return HostLibrary(str(build(SM80_A4, 80, kernel_cache).so_path))
 
 
 def conv_problem(n, h, w, c, k, kernel, stride=(1, 1), padding=(0, 0), dilation=(1, 1), m=None):

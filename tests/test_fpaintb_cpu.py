@@ -282,8 +282,9 @@ def test_gemv_plan_rejects(gemv_library, problem, why):
 
 
 @pytest.fixture(scope="module")
-def gemm_library(tmp_path_factory):
-    return HostLibrary(str(build(FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
+def gemm_library(kernel_cache):
+    # a catalog kernel: CI's `qgemm build` has it in the run's cache already
+    return HostLibrary(str(build(FpAIntBGemmSpec("f16", 4, (16, 128, 128), (16, 32), 4), 80, kernel_cache).so_path))
 
 
 def gemm_problem(m, n, k, group_size=128, ctas=0, raster=1, ld_w=None):
@@ -491,9 +492,9 @@ def test_one_shot_and_module_reject(fake_gpu):
 # --- the decode variant's host plan (split-K geometry) --------------------------------------------
 
 @pytest.fixture(scope="module")
-def stream_library(tmp_path_factory):
-    spec = FpAIntBGemvSpec("f16", 4, 1, 2, 8, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True)
-    return HostLibrary(str(build(spec, 80, tmp_path_factory.mktemp("qgemm-cache")).so_path))
+def stream_library(kernel_cache):
+    spec = FpAIntBGemvSpec("f16", 4, 1, 2, 8, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True)  # in the catalog
+    return HostLibrary(str(build(spec, 80, kernel_cache).so_path))
 
 
 @pytest.mark.parametrize("m, n, k, slots, grid, workspace", [

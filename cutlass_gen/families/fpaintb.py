@@ -432,7 +432,7 @@ def _fpaintb_dequant(target_sm: int) -> list[KernelSpec]:
 # heuristics.py FPAINTB_SM90_AHEAD), and CUTLASS's loop on 64-deep K tiles with zeros for the others (group
 # 64, K an odd multiple of 64). Those are rare, so their kernel with zeros also runs symmetric weights
 # (zero' = 0: it reads a zero per scale, about 3% more bytes than the INT4 g64 codes and scales alone)
-# rather than the catalog carrying a scale-only form too: twelve kernels, about four minutes of CI build.
+# rather than the catalog carrying a scale-only form too: twelve kernels, about three minutes of CI build.
 # FPAINTB_SM90_SWEEP_CONFIGS keeps the scale-only forms for benchmarks.
 FPAINTB_SM90_AHEAD_VARIANTS = [dict(zeros=True, tile_k=128, mainloop="ahead"),
                                dict(zeros=False, tile_k=128, mainloop="ahead")]
@@ -443,7 +443,7 @@ FPAINTB_SM90_TWO_CTA_VARIANTS = [dict(v, ctas_per_sm=2) for v in FPAINTB_SM90_AH
 # (tile (weight rows, tokens), schedule, scheduler, forms): 16-, 32-, 64- and 128-token stream-K tiles for
 # batches up to 16, 32, 64 and FPAINTB_SM90_DEQUANT_MIN_M - 1 rows (the tile sweeps in heuristics.py). The
 # 16-token tile comes only with qgemm's loop: below 17 rows the other weights keep the Sm80 kernels
-# (heuristics.FPAINTB_SM90_NARROW_MAX_M). Every kernel costs one to two minutes of CI build time, so the
+# (heuristics.FPAINTB_SM90_NARROW_MAX_M). Every kernel costs ~25 s of CI build time in a bundle, so the
 # catalog stays at these 52 (13 per activation type and width);
 # FPAINTB_SM90_SWEEP_CONFIGS adds the other tiles, the persistent scheduler and the ping-pong schedule for
 # benchmarks/bench_fpaintb.py --sweep (built on first use, or with `qgemm build` on a spec list), not in

@@ -389,11 +389,11 @@ def fpaintb_sm90_choice(m: int, n: int, k: int, bits: int, act: str, sm_count: i
     """The catalog's Sm90 FpA x IntB kernel for M rows and its split (the table above). Where K and the
     group size (None: per channel) are multiples of 128 the kernel is qgemm's consumer loop on 128-deep K
     tiles (FPAINTB_SM90_AHEAD), and zeros=False (the weight's zero' is 0 everywhere: symmetric weights)
-    takes its scale-only form; else CUTLASS's loop on 64-deep ones, with zeros whatever the weight. A 128-token tile whose
-    tiles would fill at most half the GPU gives way to the 64-token tile (FPAINTB_SM90_FEW_TILES_TOKENS) unless
-    its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K or more of K. The 16-token tile runs two
-    CTAs per SM where its tiles outnumber the SMs, under forced stream-K where K is above
-    FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K."""
+    takes its scale-only form; else CUTLASS's loop on 64-deep ones, with zeros whatever the weight. A
+    128-token tile whose tiles would fill at most half the GPU gives way to the 64-token tile
+    (FPAINTB_SM90_FEW_TILES_TOKENS) unless its split-K slices would each run FPAINTB_SM90_FEW_TILES_SLICE_K
+    or more of K. The 16-token tile runs two CTAs per SM where its tiles outnumber the SMs, under forced
+    stream-K where K is above FPAINTB_SM90_TWO_CTAS_STREAM_K_MIN_K."""
     tile, schedule, scheduler = next((t, sc, sd) for limit, t, sc, sd in FPAINTB_SM90_TILES
                                      if limit is None or m <= limit)
     if tile[1] == 128 and 2 * _sm90_tiles(m, n, tile) <= sm_count:

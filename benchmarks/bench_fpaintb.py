@@ -187,22 +187,25 @@ def old_decode_choice(m: int, n: int, k: int, bits: int, sm_count: int):
     return heuristics.fpaintb_gemm_choice(m, n, k, bits, "f16", 80, sm_count)
 
 
-def run_decode(shapes, ms, bf16: bool = True, l2_prefetch=(), plan_only: bool = False) -> dict:
+def run_decode(shapes, ms, bf16: bool = True, l2_prefetch=(), plan_only: bool = False, match: str | None = None) -> dict:
     """Issue 16's decode table (module docstring, --decode). l2_prefetch: byte counts to time the
     plan's decode-variant choice with (FpAIntBChoice.l2_prefetch); plan_only: no old path and no
-    per-configuration columns."""
+    per-configuration columns; match: only the configuration columns whose label matches this regex."""
     from cutlass_gen.families.fpaintb import fpaintb_stream_configs
     torch.manual_seed(0)
     bw = copy_bandwidth()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     # every configuration one CTA per output tile and split-K (ctas_per_sm as the heuristic gives it)
     split = heuristics.FPAINTB_STREAM_CTAS_PER_SM or 8
-    stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, arch=80, **c), ctas)
-                     for c in fpaintb_stream_configs(bits, sweep=True) for ctas in (0, split)] for bits in (4, 8)}
+    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
+    stream = {bits: [heuristics.FpAIntBChoice(FpAIntBGemvSpec("f16", bits, **{"arch": 80, **c}), ctas)
+                     for c in fpaintb_stream_configs(bits, sweep=True, target_sm=target) for ctas in (0, split)]
+              for bits in (4, 8)}
+    if match:
+        stream = {bits: [c for c in cs if re.search(match, label(c))] for bits, cs in stream.items()}
     specs = set() if plan_only else {c.spec for cs in stream.values() for c in cs}
     if not plan_only:
         specs |= {old_decode_choice(m, n, k, bits, sm_count).spec for m in ms for k, n in shapes for bits in (4, 8)}
-    target = 90 if torch.cuda.get_device_capability() == (9, 0) else 80
     build_many(sorted(specs, key=lambda s: s.name), target, jobs=16, progress=lambda line: None)
     rows = []
     for k, n in shapes:
@@ -341,11 +344,13 @@ def main():
     ap.add_argument("--l2-prefetch", type=int, action="append", metavar="BYTES",
                     help="--decode: also time the plan's decode-variant choice with this L2 prefetch per CTA")
     ap.add_argument("--plan-only", action="store_true", help="--decode: only the plan and the peers")
+    ap.add_argument("--decode-match", metavar="REGEX",
+                    help="--decode: only the configuration columns whose label matches, e.g. 'b[0-9]s$'")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.nk] if args.nk else SHAPES_KN
     if args.decode:
         result = run_decode(shapes[:1] if args.quick else shapes, args.m or [1, 4, 16], not args.no_bf16,
-                            tuple(args.l2_prefetch or ()), args.plan_only)
+                            tuple(args.l2_prefetch or ()), args.plan_only, args.decode_match)
         with open(args.json, "w") as f:  # not a qgemm.bench table: plain JSON
             json.dump(result, f, indent=1, default=str)
         print(f"device {result['device']}, copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s, L2 "

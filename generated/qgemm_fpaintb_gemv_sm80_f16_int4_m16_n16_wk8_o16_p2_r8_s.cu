@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_fpaintb_gemv_sm80_f16_int4_m16_n16_wk8_o16_p2_r8_s
-// spec:   FpAIntBGemvSpec(act='f16', bits=4, m_tiles=1, n_tiles=2, warps_k=8, arch=80, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True)
+// spec:   FpAIntBGemvSpec(act='f16', bits=4, m_tiles=1, n_tiles=2, warps_k=8, arch=80, min_warps_per_sm=16, prefetch=2, rows8=True, stream=True, bulk_stages=0)
 
 // FpA x IntB small-M kernel: out[M, N] = act(x[M, K] W[K, N] + bias), W = (u - zero) * scale
 // group-wise along K, for decode-sized M. Memory bound: every weight byte is read once, straight
@@ -43,6 +43,9 @@
 #include "qgemm/fpaintb/mma.h"
 #include "qgemm/pdl.h"
 
+#include "qgemm/bulk.h"
+
+
 
 // ---- The decode variant (spec.stream, issue 16) ----------------------------------------------
 // The weight is the MMA's A operand. An m16n8k16 A fragment holds rows g and g + 8 of a 16-row tile
@@ -71,6 +74,7 @@
 // each writes its FP32 sums to ptr[6] (float, at least launch.grid[0] * 128) and counts itself in
 // at the tile's counter (the workspace: int [tiles], zero between launches); the last to arrive adds
 // the partials in split order, resets the counter and stores the output.
+
 namespace qgemm_kernel {
 
 using Act = __half;
@@ -87,7 +91,9 @@ constexpr int kTokTiles = 1;               // 8-token MMA tiles (the MMA's N)
 constexpr int kCtaCols = 16 * kColTiles;
 constexpr int kCtaRows = 8 * kTokTiles;
 constexpr int kWarpsK = 8;
-constexpr int kThreads = 32 * kWarpsK;
+constexpr int kStages = 0;                 // shared-memory stages of codes (0: codes in the register ring)
+constexpr bool kBulk = kStages > 0;
+constexpr int kThreads = 32 * (kWarpsK + (kBulk ? 1 : 0));  // bulk: warp kWarpsK is the producer
 constexpr int kDepth = 2 + 1;                 // register buffers of blocks in the ring
 constexpr int kBlockK = 128;                        // K rows per block: 4 lanes x 32
 constexpr int kLaneRows = 32;
@@ -95,6 +101,10 @@ constexpr int kVectors = kLaneRows * kBits / 8 / 16;  // 16-byte code loads per 
 constexpr int kWords = kLaneRows * kBits / 32;      // 32-bit words of codes per lane and column
 constexpr int kBlockBytes = kBlockK / kTileRows * Layout::kLineBytes;  // one column group's codes of a block
 constexpr int kValues = kTokTiles * kColTiles * 4;  // accumulators per lane
+constexpr int kGroups = kCtaCols / Layout::kInterleave;  // column groups (packed-weight rows) of a CTA
+constexpr int kPassBytes = kWarpsK * kBlockBytes;   // bulk: one column group's codes of a pass
+constexpr int kStageBytes = kGroups * kPassBytes;   // bulk: one stage
+static_assert(kGroups <= 32, "bulk: one producer lane per column group");
 static_assert(kTileRows == 64 && kLaneRows % Layout::kRunRows == 0, "two lanes per 64-row tile");
 
 enum ScaleMode : int { kPerWeight = 0, kPerBlock = 1, kPerColumn = 2 };
@@ -160,6 +170,7 @@ struct Lane {
   uint8_t const* w[kColTiles][2];   // codes of its columns at K row 32 j of block 0
   Act const* x[kTokTiles];          // its tokens' rows (clamped into [0, M)) at K row 32 j
   int offset[kColTiles][2];         // kEdge: column offsets from n0 + g
+  int ring[kColTiles][2];           // bulk: byte offsets of its codes of a pass in a stage
   int n;                            // n0 + g
   int k0;                           // 32 j
 };
@@ -174,7 +185,10 @@ struct Adapter {
   __host__ __device__ static constexpr int flag_offset() {
     return kWarpsK > 1 ? kWarpsK * kValues * 32 * int(sizeof(float)) : 0;
   }
-  static int smem_bytes() { return flag_offset() + 16; }
+  // Bulk: the stages (128-byte aligned), then each stage's full and empty barriers.
+  __host__ __device__ static constexpr int ring_offset() { return (flag_offset() + 16 + 127) / 128 * 128; }
+  __host__ __device__ static constexpr int barrier_offset() { return ring_offset() + kStages * kStageBytes; }
+  static int smem_bytes() { return kBulk ? barrier_offset() + 2 * kStages * 8 : flag_offset() + 16; }
 
   // How many CTAs share each output tile's K. ext[2] > 0 asks for split-K and gives the CTAs that run
   // at once (the plan's stream-K CTA count). Output tiles that are not a near multiple of that leave
@@ -293,18 +307,21 @@ struct Adapter {
   // after unrolling) ring steps past the pointers w and x, so the loads take immediate offsets.
   // kHalf: the last block, 64 rows; its lanes j = 2, 3 lie past K: they read codes from the block's
   // first line (valid memory, finite weights) and zero activations, so they add exact zeros.
-  template <int kMode, bool kZeros, bool kHalf, bool kEdge>
+  // kCodes false (bulk): everything but the codes, which come from the shared-memory ring.
+  template <int kMode, bool kZeros, bool kHalf, bool kEdge, bool kCodes = true>
   static __device__ __forceinline__ void load(Params const& p, Lane const& l, uint8_t const* const (&w)[kColTiles][2],
                                               Act const* const (&x)[kTokTiles], int ahead, int b, Block& f) {
     bool const past_k = kHalf && l.k0 >= kBlockK / 2;
     int const off = ahead * kWarpsK * kBlockBytes - (past_k ? Layout::kLineBytes : 0);
+    if constexpr (kCodes) {
 #pragma unroll
-    for (int t = 0; t < kColTiles; ++t) {
+      for (int t = 0; t < kColTiles; ++t) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint4 const* src = reinterpret_cast<uint4 const*>(w[t][h] + off);
+        for (int h = 0; h < 2; ++h) {
+          uint4 const* src = reinterpret_cast<uint4 const*>(w[t][h] + off);
 #pragma unroll
-        for (int v = 0; v < kVectors; ++v) f.w[t][h][v] = __ldcs(src + v);
+          for (int v = 0; v < kVectors; ++v) f.w[t][h][v] = __ldcs(src + v);
+        }
       }
     }
 #pragma unroll
@@ -330,6 +347,61 @@ struct Adapter {
           if constexpr (kZeros) f.zero[t][h] = __ldg(p.zero + at + column_offset<kEdge>(l, t, h));
         }
       }
+    }
+  }
+
+  // Bulk: the lane's codes of its i-th block (pass i) from stage i % kStages, once their copies have
+  // landed.
+  static __device__ __forceinline__ void codes_from_ring(Lane const& l, char* smem, int i, Block& f) {
+    int const stage = i % kStages;
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + barrier_offset());
+    qgemm::bulk::wait(full + stage, uint32_t(i / kStages) & 1u);
+    char const* const base = smem + ring_offset() + stage * kStageBytes;
+#pragma unroll
+    for (int t = 0; t < kColTiles; ++t) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint4 const* src = reinterpret_cast<uint4 const*>(base + l.ring[t][h]);
+#pragma unroll
+        for (int v = 0; v < kVectors; ++v) f.w[t][h][v] = src[v];
+      }
+    }
+  }
+
+  // Bulk: this lane is done with stage i % kStages, once the codes it read have been used (converted into
+  // the MMAs). Every lane fences and arrives on the stage's empty barrier itself: the producer's next copy
+  // into the stage writes through the async proxy, and the release of an arrival orders a lane's shared
+  // loads (generic proxy) only against generic-proxy accesses; fence.proxy.async orders them before later
+  // async-proxy ones too (the PTX rule). Measured on the H200 (2026-11-29):
+  //   * one arrival per warp, by lane 0 after __syncwarp: compute-sanitizer racecheck reported the other
+  //     31 lanes' loads racing the next copy;
+  //   * every lane arriving, without the proxy fence: racecheck clean, but in 3 of 7 full runs of the
+  //     decode-variant GPU tests one launch's output differed in three columns of one column group from
+  //     the next launches' (which were bit-equal), as a copy overtaking some lanes' loads would make it;
+  //   * with the fence: 16 of 16 runs bit-equal, the sanitizers clean.
+  static __device__ __forceinline__ void release_stage(char* smem, int i) {
+    qgemm::bulk::fence_proxy_async();
+    qgemm::bulk::arrive(reinterpret_cast<uint64_t*>(smem + barrier_offset()) + kStages + i % kStages);
+  }
+
+  // Bulk: the producer warp. Pass q of this CTA's blocks [first, first + count) goes to stage
+  // q % kStages once every consumer lane has released the stage's previous pass (its empty barrier's
+  // phase q / kStages - 1); lane 0 announces the pass's bytes, lane c copies column group c (those
+  // below N: columns past N are clamped onto the CTA's first valid ones, which it does copy).
+  static __device__ void produce(Params const& p, char* smem, int n0, int first, int count) {
+    int const lane = threadIdx.x % 32;
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + barrier_offset());
+    uint64_t* const empty = full + kStages;
+    int const groups = min(kGroups, (p.n - n0) / Layout::kInterleave);
+    int const passes = (count + kWarpsK - 1) / kWarpsK;
+    uint8_t const* const src = p.w + int64_t(n0 / Layout::kInterleave + lane) * p.ldw + int64_t(first) * kBlockBytes;
+    char* const ring = smem + ring_offset() + lane * kPassBytes;
+    for (int q = 0; q < passes; ++q) {
+      int const stage = q % kStages;
+      if (q >= kStages) qgemm::bulk::wait(empty + stage, uint32_t(q / kStages - 1) & 1u);
+      uint32_t const bytes = uint32_t(min(kWarpsK, count - q * kWarpsK) * kBlockBytes);
+      if (lane == 0) qgemm::bulk::arrive_expect_tx(full + stage, bytes * uint32_t(groups));
+      if (lane < groups) qgemm::bulk::copy(ring + stage * kStageBytes, src + int64_t(q) * kPassBytes, bytes, full + stage);
     }
   }
 
@@ -401,7 +473,7 @@ struct Adapter {
   // This CTA's whole blocks [first, first + count) and, with `half`, the half block after the last.
   template <int kMode, bool kZeros, bool kEdge>
   static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
-                                                float (&acc)[kTokTiles][kColTiles][4]) {
+                                                char* smem, float (&acc)[kTokTiles][kColTiles][4]) {
     int const warp = threadIdx.x / 32;
     // The zeros that do not change along K: symmetric (a constant), or per column (group = K).
     Zero fixed[kColTiles][2];
@@ -427,7 +499,7 @@ struct Adapter {
     Block ring[kDepth];
 #pragma unroll
     for (int s = 0; s < kDepth - 1; ++s) {
-      if (s < blocks) load<kMode, kZeros, false, kEdge>(p, l, w, x, s, b0 + s * kWarpsK, ring[s]);
+      if (s < blocks) load<kMode, kZeros, false, kEdge, !kBulk>(p, l, w, x, s, b0 + s * kWarpsK, ring[s]);
     }
     for (int i0 = 0; i0 < blocks; i0 += kDepth) {
 #pragma unroll
@@ -435,10 +507,12 @@ struct Adapter {
         int const i = i0 + s;
         if (i >= blocks) break;
         if (i + kDepth - 1 < blocks) {
-          load<kMode, kZeros, false, kEdge>(p, l, w, x, s + kDepth - 1, b0 + (i + kDepth - 1) * kWarpsK,
-                                            ring[(s + kDepth - 1) % kDepth]);
+          load<kMode, kZeros, false, kEdge, !kBulk>(p, l, w, x, s + kDepth - 1, b0 + (i + kDepth - 1) * kWarpsK,
+                                                    ring[(s + kDepth - 1) % kDepth]);
         }
+        if constexpr (kBulk) codes_from_ring(l, smem, i, ring[s]);
         compute<kMode, kZeros>(ring[s], fixed, acc);
+        if constexpr (kBulk) release_stage(smem, i);
       }
 #pragma unroll
       for (int t = 0; t < kColTiles; ++t) {
@@ -467,23 +541,23 @@ struct Adapter {
 
   template <int kMode, bool kEdge>
   static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
-                                                float (&acc)[kTokTiles][kColTiles][4]) {
+                                                char* smem, float (&acc)[kTokTiles][kColTiles][4]) {
     if (p.zero != nullptr) {
-      k_loop<kMode, true, kEdge>(p, l, first, count, half, acc);
+      k_loop<kMode, true, kEdge>(p, l, first, count, half, smem, acc);
     } else {
-      k_loop<kMode, false, kEdge>(p, l, first, count, half, acc);
+      k_loop<kMode, false, kEdge>(p, l, first, count, half, smem, acc);
     }
   }
 
   template <bool kEdge>
   static __device__ __forceinline__ void k_loop(Params const& p, Lane const& l, int first, int count, bool half,
-                                                float (&acc)[kTokTiles][kColTiles][4]) {
+                                                char* smem, float (&acc)[kTokTiles][kColTiles][4]) {
     if (p.scale_mode == kPerBlock) {
-      k_loop<kPerBlock, kEdge>(p, l, first, count, half, acc);
+      k_loop<kPerBlock, kEdge>(p, l, first, count, half, smem, acc);
     } else if (p.scale_mode == kPerColumn) {
-      k_loop<kPerColumn, kEdge>(p, l, first, count, half, acc);
+      k_loop<kPerColumn, kEdge>(p, l, first, count, half, smem, acc);
     } else {
-      k_loop<kPerWeight, kEdge>(p, l, first, count, half, acc);
+      k_loop<kPerWeight, kEdge>(p, l, first, count, half, smem, acc);
     }
   }
 
@@ -495,7 +569,7 @@ struct Adapter {
   // loads would race for the same lines, and the loads came out slower (Llama-3-8B decode -1.5%).
   static __device__ __forceinline__ void prefetch_codes(Params const& p, int n0, int first, int count, int bytes) {
     constexpr int kGroups = kCtaCols / Layout::kInterleave;
-    constexpr int kRingBlocks = kWarpsK * (kDepth - 1);  // the blocks the warps load first
+    constexpr int kRingBlocks = kWarpsK * (kBulk ? kStages : kDepth - 1);  // the blocks the warps load first
     int const group = threadIdx.x;
     if (group >= kGroups || n0 + group * Layout::kInterleave >= p.n || count <= kRingBlocks) return;
     int64_t const share = min(int64_t(bytes / kGroups) / 16 * 16, int64_t(count - kRingBlocks) * kBlockBytes);
@@ -524,6 +598,17 @@ struct Adapter {
     // kernel do the same. Before waiting, the CTA asks for p.l2_prefetch bytes of its codes in L2, so
     // the weight streams while the previous kernel finishes (safe whatever that kernel writes: see
     // prefetch_l2).
+    if constexpr (kBulk) {  // the ring's barriers: full (the producer's arrival and the bytes), empty (every consumer lane)
+      uint64_t* const full = reinterpret_cast<uint64_t*>(smem + barrier_offset());
+      if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+          qgemm::bulk::init(full + s, 1);
+          qgemm::bulk::init(full + kStages + s, 32 * kWarpsK);
+        }
+        qgemm::bulk::fence_init();
+      }
+      __syncthreads();
+    }
     if (p.l2_prefetch > 0) prefetch_codes(p, n0, first, count, p.l2_prefetch);
     qgemm::pdl::wait_for_previous_grid();
     qgemm::pdl::let_next_grid_start();
@@ -539,6 +624,7 @@ struct Adapter {
         int const col = n < p.n ? n : p.n - 8 + g;  // a valid column (results past N are not stored)
         l.offset[t][h] = col - l.n;
         l.w[t][h] = p.w + Layout::offset(col, l.k0, p.ldw);
+        l.ring[t][h] = int(Layout::offset(col - n0, warp * kBlockK + l.k0, kPassBytes));
       }
     }
 #pragma unroll
@@ -548,16 +634,20 @@ struct Adapter {
     }
 
     float acc[kTokTiles][kColTiles][4] = {};
-    if (n0 + kCtaCols <= p.n) {
-      k_loop<false>(p, l, first, count, half, acc);
+    if (kBulk && warp == kWarpsK) {
+      produce(p, smem, n0, first, count);
+    } else if (n0 + kCtaCols <= p.n) {
+      k_loop<false>(p, l, first, count, half, smem, acc);
     } else {
-      k_loop<true>(p, l, first, count, half, acc);
+      k_loop<true>(p, l, first, count, half, smem, acc);
     }
 
     if (kWarpsK > 1) {
       float* partial = reinterpret_cast<float*>(smem);
+      if (warp < kWarpsK) {  // (bulk: not the producer)
 #pragma unroll
-      for (int i = 0; i < kValues; ++i) partial[(warp * kValues + i) * 32 + lane] = (&acc[0][0][0])[i];
+        for (int i = 0; i < kValues; ++i) partial[(warp * kValues + i) * 32 + lane] = (&acc[0][0][0])[i];
+      }
       __syncthreads();
       if (warp == 0) {
 #pragma unroll
@@ -629,4 +719,4 @@ struct Adapter {
 }  // namespace qgemm_kernel
 
 
-QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int4_m16_n16_wk8_o16_p2_r8_s, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":2,\"rows8\":true,\"stream\":true,\"warps_k\":8}")
+QGEMM_EXPORT_KERNEL(qgemm_fpaintb_gemv_sm80_f16_int4_m16_n16_wk8_o16_p2_r8_s, qgemm_kernel::Adapter, "{\"act\":\"f16\",\"arch\":80,\"bits\":4,\"bulk_stages\":0,\"family\":\"fpaintb_gemv\",\"m_tiles\":1,\"min_warps_per_sm\":16,\"n_tiles\":2,\"prefetch\":2,\"rows8\":true,\"stream\":true,\"warps_k\":8}")

@@ -105,6 +105,10 @@ SPECS = [
     FpAIntBGemvSpec("bf16", 4, 1, 4, 2, rows8=True, stream=True),
     FpAIntBGemvSpec("f16", 8, 1, 2, 2, stream=True),
     FpAIntBGemvSpec("bf16", 8, 1, 2, 1, prefetch=3, stream=True),
+    # Codes through the shared-memory ring of bulk copies (sm90): two or three stages, so the producer
+    # refills stages the consumers released; one consumer warp, and a 32-column CTA of 8-row tokens.
+    FpAIntBGemvSpec("f16", 4, 1, 4, 2, rows8=True, stream=True, bulk_stages=2, arch=90),
+    FpAIntBGemvSpec("bf16", 8, 1, 2, 1, stream=True, bulk_stages=3, arch=90),
 ]
 
 
@@ -131,21 +135,23 @@ def test_smallest_shapes_bias_activation(emulated):
         _check(emulated(spec), 16, 8, 128, 32, False, bias=True)
 
 
-@pytest.mark.parametrize("spec", [SPECS[0], SPECS[3]], ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[3], SPECS[4], SPECS[5]], ids=lambda s: s.name)
 @pytest.mark.parametrize("group_size, zeros", [(32, False), (128, True), ("channel", True)])
 def test_split_k(emulated, spec, group_size, zeros):
     """Split-K over CTAs (ext[2] > 0): N = 40 (three column tiles with 16-column CTAs, the last part
     past N), K = 2112 (16 whole blocks and a half one for group 32 / per channel; 2048 for group 128:
     up to 2 splits with two warps, 4 with one),
     M = 1 and 11 (two CTA rows): the CTAs of a tile add their partials in order, the last one resets
-    the counter; with 1, 2, 5 and 7 CTAs at once (split counts from 1 to the block limit)."""
+    the counter; with 1, 2, 5 and 7 CTAs at once (split counts from 1 to the block limit). The bulk
+    kernels also run the emulator's schedules 3 and 4 (bulk copies land when issued, warps skewed)."""
     k = 2048 if group_size == 128 else 2112
     g = k if group_size == "channel" else group_size
     kernel = emulated(spec)
     splits = set()
     for slots in (1, 2, 5, 7):
         for m in (1, 11):
-            _check(kernel, m, 40, k, g, zeros, schedule=slots % 3, seed=m + slots, slots=slots)
+            schedule = (slots + 2) % 5 if spec.bulk_stages else slots % 3
+            _check(kernel, m, 40, k, g, zeros, schedule=schedule, seed=m + slots, slots=slots)
             launch = kernel.last_launch
             tiles = -(-40 // spec.tile[1]) * -(-m // spec.tile[0])
             splits.add(launch.grid[0] // tiles if launch.workspace_bytes else 1)
@@ -162,7 +168,7 @@ def test_l2_prefetch_ranges(emulated, spec):
     n, k, group_size = 40, 2112, 64  # the last CTA's columns partly past N; 16 whole blocks and a half one
     kernel = emulated(spec)
     rows, cols = spec.tile
-    ring = spec.warps_k * spec.prefetch  # blocks the warps load first
+    ring = spec.warps_k * (spec.bulk_stages or spec.prefetch)  # blocks the warps (bulk: the stages) load first
     interleave = 4 if spec.bits == 4 else 2
     groups = sum(-(-min(cols, n - n0) // interleave) for n0 in range(0, n, cols))  # column groups below N
     for m in (1, 11):

@@ -149,10 +149,14 @@ STREAM_EXTRA = [dict(m_tiles=1, n_tiles=2, warps_k=1, rows8=True), dict(m_tiles=
 
 
 def stream_test_specs(act, bits, target):
-    """The decode variant (FpAIntBGemvSpec stream=True): every catalog configuration plus STREAM_EXTRA."""
+    """The decode variant (FpAIntBGemvSpec stream=True): every catalog configuration plus STREAM_EXTRA, and
+    on sm90 every bulk-copy configuration the benchmark sweeps."""
     from cutlass_gen.catalog import catalog
+    from cutlass_gen.families.fpaintb import fpaintb_stream_configs
     specs = [s for s in catalog(target, FpAIntBGemvSpec.family) if s.act == act and s.bits == bits and s.stream]
     extra = [FpAIntBGemvSpec(act, bits, stream=True, **c) for c in STREAM_EXTRA]
+    extra += [FpAIntBGemvSpec(act, bits, **c) for c in fpaintb_stream_configs(bits, sweep=True, target_sm=target)
+              if c.get("bulk_stages")]
     return specs + [s for s in extra if s not in specs]
 
 

@@ -56,7 +56,13 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
     clamped, valid addresses whose results are never stored), scales and zeros travel in the
     register ring with the codes, and the group-scale mode (per weight, per block, per column) and
     the zeros are compile-time branches chosen once per launch. It needs m_tiles 1 and an even
-    n_tiles (16-column MMA tiles); rows8 makes it one 8-token MMA tile, else two (M up to 16 per CTA)."""
+    n_tiles (16-column MMA tiles); rows8 makes it one 8-token MMA tile, else two (M up to 16 per CTA).
+
+    bulk_stages > 0 (the decode variant on sm90, arch 90): the codes do not pass through the register
+    ring. A producer warp copies them with cp.async.bulk into a ring of that many shared-memory stages
+    (one block per consumer warp and column group a stage), completed through mbarriers, so the bytes in
+    flight cost no registers; the consumer warps read them from shared memory. Activations, scales and
+    zeros keep the register ring (prefetch)."""
 
     family: ClassVar[str] = "fpaintb_gemv"
     template: ClassVar[str] = "fpaintb_gemv.cu.j2"
@@ -72,9 +78,24 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
     prefetch: int = 1          # K blocks whose loads are in flight while one computes
     rows8: bool = False        # 8-row CTAs (decode): no registers or loads for rows g + 8
     stream: bool = False       # the decode variant (weights as the MMA's A operand; see above)
+    bulk_stages: int = 0       # > 0: codes through a shared-memory ring filled by bulk copies (sm90)
+
+    ARCHS: ClassVar[tuple] = (75, 80, 90)
+    # Shared memory the bulk ring may take (the decode variant's CTAs share an SM two to four at a time).
+    BULK_SMEM_LIMIT: ClassVar[int] = 96 * 1024
 
     def __post_init__(self):
         self._check_types()
+        if (self.arch == 90) != (self.bulk_stages > 0):
+            raise ValueError(f"bulk_stages > 0 needs arch 90 and arch 90 needs bulk_stages > 0 (bulk copies are "
+                             f"sm90's; the register-ring kernels build as arch 75 or 80), got arch {self.arch!r} and "
+                             f"bulk_stages {self.bulk_stages!r}")
+        if self.bulk_stages and (not self.stream or self.bulk_stages not in (2, 3, 4, 6, 8)):
+            raise ValueError(f"bulk_stages must be 2, 3, 4, 6 or 8 and needs stream=True, got {self.bulk_stages!r} "
+                             f"with stream={self.stream!r}")
+        if self.bulk_stages and self.bulk_stage_bytes * self.bulk_stages > self.BULK_SMEM_LIMIT:
+            raise ValueError(f"bulk_stages {self.bulk_stages} x {self.bulk_stage_bytes} bytes a stage exceeds "
+                             f"{self.BULK_SMEM_LIMIT} bytes of shared memory")
         if self.stream and (self.m_tiles != 1 or self.n_tiles % 2):
             raise ValueError(f"stream needs m_tiles 1 and an even n_tiles (16-column MMA tiles), got m_tiles "
                              f"{self.m_tiles!r} and n_tiles {self.n_tiles!r}")
@@ -95,6 +116,11 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
             raise ValueError(f"m_tiles * n_tiles must be at most 8 (registers), got {self.m_tiles} * {self.n_tiles}")
 
     @property
+    def bulk_stage_bytes(self) -> int:
+        """Bytes of one bulk stage: a 128-row block of every column of the CTA for each consumer warp."""
+        return self.warps_k * 8 * self.n_tiles * 128 * self.bits // 8
+
+    @property
     def programmatic_launch(self) -> bool:
         """The decode variant waits for the stream's previous kernel itself (griddepcontrol.wait before
         any memory access, in builds for sm90 and later), so the runtime may launch it with
@@ -113,7 +139,7 @@ class FpAIntBGemvSpec(_FpAIntBSpec):
                 f"_m{16 * self.m_tiles}_n{8 * self.n_tiles}_wk{self.warps_k}"
                 f"{f'_o{self.min_warps_per_sm}' if self.min_warps_per_sm else ''}"
                 f"{f'_p{self.prefetch}' if self.prefetch != 1 else ''}{'_r8' if self.rows8 else ''}"
-                f"{'_s' if self.stream else ''}")
+                f"{f'_b{self.bulk_stages}' if self.bulk_stages else ''}{'_s' if self.stream else ''}")
 
 
 @dataclass(frozen=True)
@@ -383,9 +409,31 @@ _FPAINTB_STREAM_SWEEP_CONFIGS = {
 }
 
 
-def fpaintb_stream_configs(bits: int, sweep: bool = False) -> list[dict]:
-    """The decode variant's catalog configurations (with sweep, also the benchmark-only ones)."""
+# The decode variant with its codes through a shared-memory ring of bulk copies (bulk_stages, arch 90),
+# sm90 only: for bench_fpaintb.py --decode to time against the register ring (8-token CTAs of 16 to 64
+# columns, 2 to 8 stages, one capped at three CTAs per SM; 16-token CTAs).
+_FPAINTB_STREAM_BULK_SWEEP_CONFIGS = {
+    4: [dict(n_tiles=4, warps_k=4, rows8=True, bulk_stages=4),
+        dict(n_tiles=4, warps_k=4, rows8=True, bulk_stages=8),
+        dict(n_tiles=4, warps_k=4, rows8=True, bulk_stages=4, min_warps_per_sm=12),
+        dict(n_tiles=2, warps_k=8, rows8=True, bulk_stages=4),
+        dict(n_tiles=4, warps_k=8, rows8=True, bulk_stages=3),
+        dict(n_tiles=8, warps_k=4, rows8=True, bulk_stages=4),
+        dict(n_tiles=4, warps_k=4, bulk_stages=4),
+        dict(n_tiles=2, warps_k=4, bulk_stages=6)],
+    8: [dict(n_tiles=2, warps_k=8, rows8=True, bulk_stages=3),
+        dict(n_tiles=2, warps_k=4, rows8=True, bulk_stages=6),
+        dict(n_tiles=4, warps_k=4, rows8=True, bulk_stages=3),
+        dict(n_tiles=2, warps_k=4, bulk_stages=4)],
+}
+
+
+def fpaintb_stream_configs(bits: int, sweep: bool = False, target_sm: int = 80) -> list[dict]:
+    """The decode variant's catalog configurations (with sweep, also the benchmark-only ones, and for
+    target_sm 90 the bulk-copy ones, which carry arch=90)."""
     configs = _FPAINTB_STREAM_CONFIGS[bits] + (_FPAINTB_STREAM_SWEEP_CONFIGS[bits] if sweep else [])
+    if sweep and target_sm >= 90:
+        configs = configs + [dict(c, arch=90) for c in _FPAINTB_STREAM_BULK_SWEEP_CONFIGS[bits]]
     return [dict(c, stream=True) for c in configs]
 
 

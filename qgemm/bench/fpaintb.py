@@ -73,6 +73,7 @@ def label(choice) -> str:
         return f"g{tm}x{tn}x{tk}s{spec.stages}{streamk}"
     occupancy = f"o{spec.min_warps_per_sm}" if spec.min_warps_per_sm else ""
     extra = (f"p{spec.prefetch}" if spec.prefetch != 1 else "") + ("r8" if spec.rows8 else "")
+    extra += f"b{spec.bulk_stages}" if getattr(spec, "bulk_stages", 0) else ""  # codes through bulk copies
     extra += "s" if getattr(spec, "stream", False) else ""  # the decode variant
     extra += f"c{choice.ctas_per_sm:g}" if getattr(choice, "ctas_per_sm", 0) else ""  # its split-K over CTAs
     extra += f"l2p{choice.l2_prefetch >> 10}k" if getattr(choice, "l2_prefetch", 0) else ""  # its L2 prefetch

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +47,7 @@ struct Copy {
 };
 
 struct Thread {
-  enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+  enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kAtMbarrier, kDone };
   ucontext_t context;
   uint3 index;
   State state = kReady;
@@ -67,6 +68,16 @@ struct Range {
   char const* end;
 };
 
+// An mbarrier (qgemm/bulk.h): arrivals still expected in the current phase, bytes announced and not
+// yet landed, the phase number, and the bulk copies completing on it that have not landed.
+struct Mbarrier {
+  int arrivals = 0;
+  int pending = 0;
+  int64_t tx = 0;
+  unsigned phase = 0;
+  std::vector<Copy> copies;
+};
+
 struct State {
   uint3 block;
   std::vector<Thread> threads;
@@ -76,6 +87,8 @@ struct State {
   std::function<void()> body;
   char* smem = nullptr;
   size_t smem_bytes = 0;
+  std::map<void const*, Mbarrier> barriers;  // the block's mbarriers, by address
+  uint64_t progress = 0;         // mbarrier arrivals and landed copies: a waiter may move on
   std::vector<Range> readable;  // global memory the kernel may read (cp.async sources)
   Range prefetchable{};          // global memory an L2 prefetch may name (empty: anything)
   uint64_t prefetched = 0;       // bytes asked for by L2 prefetches in the launch
@@ -136,6 +149,82 @@ inline void prefetch_l2(void const* p, uint64_t bytes) {
   s.prefetched_block += bytes;
 }
 
+// ---- mbarriers and bulk copies (qgemm/bulk.h) ------------------------------------------------------
+inline Mbarrier* mbarrier(void const* bar, char const* what) {
+  State& s = state();
+  auto it = s.barriers.find(bar);
+  if (it == s.barriers.end()) {
+    fail(std::string(what) + " on an mbarrier that was not initialized in this block");
+    return nullptr;
+  }
+  return &it->second;
+}
+
+// The phase completes when its arrivals have come and its announced bytes have landed.
+inline void mbarrier_complete(Mbarrier& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phase;
+    b.pending = b.arrivals;
+    ++state().progress;
+  }
+}
+
+inline void mbarrier_init(void* bar, uint32_t arrivals) {
+  if (!in_smem(bar, 8) || reinterpret_cast<uintptr_t>(bar) % 8) fail("mbarrier outside shared memory or misaligned");
+  Mbarrier& b = state().barriers[bar];
+  b = Mbarrier{};
+  b.arrivals = b.pending = int(arrivals);
+}
+
+inline void mbarrier_arrive(void* bar, uint32_t bytes) {
+  Mbarrier* b = mbarrier(bar, "arrive");
+  if (!b) return;
+  b->tx += bytes;
+  if (--b->pending < 0) fail("more arrivals on an mbarrier than it expects");
+  ++state().progress;
+  mbarrier_complete(*b);
+}
+
+inline void land(Mbarrier& b) {
+  for (Copy& c : b.copies) {
+    std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    b.tx -= int64_t(c.bytes.size());
+    ++state().progress;
+  }
+  b.copies.clear();
+  mbarrier_complete(b);
+}
+
+// The copy reads its source when issued (the kernels copy weights, which nothing writes meanwhile) and
+// lands when a thread waits on the barrier (schedules 3 and 4: at once), so a read of a stage before
+// its wait sees the stale bytes run_block left there.
+inline void bulk_copy(void* dst, void const* src, uint32_t bytes, void* bar) {
+  Mbarrier* b = mbarrier(bar, "bulk copy");
+  if (!b) return;
+  if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16 || bytes == 0 || bytes % 16) {
+    fail("bulk copy of " + std::to_string(bytes) + " bytes: addresses and size must be multiples of 16");
+    return;
+  }
+  if (!in_smem(dst, bytes)) fail("bulk copy into memory outside the block's shared memory");
+  if (!readable(src, bytes)) fail("bulk copy from global memory outside the readable ranges");
+  if (!state().error.empty()) return;
+  Copy c{static_cast<char*>(dst), std::vector<char>(static_cast<char const*>(src), static_cast<char const*>(src) + bytes)};
+  b->copies.push_back(std::move(c));
+  if (state().schedule >= 3) land(*b);
+}
+
+// Returns once the phase of this parity has completed (the current phase's parity differs).
+inline void mbarrier_wait(void* bar, uint32_t parity) {
+  for (;;) {
+    Mbarrier* b = mbarrier(bar, "wait");
+    if (!b) return;
+    if ((b->phase & 1u) != (parity & 1u)) return;
+    land(*b);
+    if ((b->phase & 1u) != (parity & 1u)) return;
+    yield(Thread::kAtMbarrier);
+  }
+}
+
 inline void fiber_entry() {
   state().body();
   self().state = Thread::kDone;  // returning resumes the scheduler (uc_link)
@@ -146,6 +235,8 @@ inline bool run_block(uint3 block, int threads) {
   State& s = state();
   s.block = block;
   s.threads.assign(threads, Thread{});
+  s.barriers.clear();
+  uint64_t released_at = ~uint64_t(0);  // s.progress when mbarrier waiters were last let retry
   s.warps.assign((threads + 31) / 32, WarpScratch{});
   for (int t = 0; t < threads; ++t) {
     Thread& th = s.threads[t];
@@ -195,16 +286,29 @@ inline bool run_block(uint3 block, int threads) {
     }
     if (done == threads) break;
     if (ready > 0) continue;
+    int at_mbarrier = 0;
+    for (Thread const& th : s.threads) at_mbarrier += th.state == Thread::kAtMbarrier;
+    if (at_mbarrier > 0 && s.progress != released_at) {  // something arrived or landed: waiters retry
+      released_at = s.progress;
+      for (Thread& th : s.threads) {
+        if (th.state == Thread::kAtMbarrier) th.state = Thread::kReady;
+      }
+      continue;
+    }
     if (at_block == threads) {
       for (Thread& th : s.threads) th.state = Thread::kReady;
       continue;
     }
     fail("deadlock: threads wait at different barriers (" + std::to_string(done) + " done, " +
-         std::to_string(at_block) + " at __syncthreads of " + std::to_string(threads) + ")");
+         std::to_string(at_block) + " at __syncthreads, " + std::to_string(at_mbarrier) + " at mbarriers of " +
+         std::to_string(threads) + ")");
     return false;
   }
   for (Thread const& th : s.threads) {
     if (!th.open.empty() || !th.committed.empty()) fail("a thread exited with cp.async copies still pending");
+  }
+  for (auto const& [bar, b] : s.barriers) {
+    if (!b.copies.empty()) fail("a block exited with bulk copies that no thread waited for");
   }
   return true;
 }

@@ -114,10 +114,31 @@ def test_weight_dequantize_round_trip():
     (dict(act="f16", bits=4, min_warps_per_sm=10), "min_warps_per_sm must be"),
     (dict(act="f16", bits=4, m_tiles=2, stream=True), "stream needs m_tiles 1"),
     (dict(act="f16", bits=4, n_tiles=1, stream=True), "an even n_tiles"),
+    (dict(act="f16", bits=4, stream=True, bulk_stages=4), "bulk_stages > 0 needs arch 90"),
+    (dict(act="f16", bits=4, stream=True, arch=90), "arch 90 needs bulk_stages > 0"),
+    (dict(act="f16", bits=4, arch=90, bulk_stages=4), "needs stream=True"),
+    (dict(act="f16", bits=4, stream=True, arch=90, bulk_stages=5), "bulk_stages must be 2, 3, 4, 6 or 8"),
+    (dict(act="f16", bits=8, n_tiles=4, warps_k=8, stream=True, arch=90, bulk_stages=4), "exceeds 98304 bytes"),
 ])
 def test_gemv_spec_rejects(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         FpAIntBGemvSpec(**kwargs)
+
+
+def test_bulk_configs_are_sm90_sweep_only():
+    """The bulk-copy decode configurations: arch 90, in the sweep list for sm90 only, never in a catalog,
+    their stage bytes a 128-row block of the CTA's columns per consumer warp, within the shared-memory cap."""
+    from cutlass_gen.families.fpaintb import fpaintb_stream_configs
+    for bits in (4, 8):
+        assert not any(c.get("bulk_stages") for c in fpaintb_stream_configs(bits, sweep=True, target_sm=80))
+        bulk = [FpAIntBGemvSpec("f16", bits, **c) for c in fpaintb_stream_configs(bits, sweep=True, target_sm=90)
+                if c.get("bulk_stages")]
+        assert bulk and all(s.arch == 90 and s.stream and f"_b{s.bulk_stages}_s" in s.name for s in bulk)
+        for s in bulk:
+            assert s.bulk_stage_bytes == s.warps_k * (8 * s.n_tiles) * 128 * bits // 8
+            assert s.bulk_stages * s.bulk_stage_bytes <= FpAIntBGemvSpec.BULK_SMEM_LIMIT
+    for sm in (75, 80, 90):
+        assert not any(getattr(s, "bulk_stages", 0) for s in catalog(sm, FpAIntBGemvSpec.family))
 
 
 GEMM = dict(act="f16", bits=4, tile=(64, 128, 64), warp=(32, 64), stages=4)

@@ -16,19 +16,7 @@ set -uo pipefail
 source benchmarks/device_env.sh  # wheel, PYTHONPATH, QGEMM_CACHE_DIR, OUT, T0
 if [ -z "${SKIP_BUILD:-}" ]; then
   timeout 200 python3 benchmarks/prebuild_w8dec.py -j 16 2>&1 | tail -2 &
-  timeout 200 python3 - <<'PY' 2>&1 | tail -2 &
-import time
-import torch
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
-from test_fpaintb_gpu import stream_test_specs
-specs = set(catalog(90, "fpaintb_gemv"))
-specs |= {s for a in ("f16", "bf16") for b in (4, 8) for s in stream_test_specs(a, b, 90)}
-missing = [s for s in sorted(specs, key=lambda s: s.name) if find_artifact(s, 90) is None]
-t0 = time.time()
-build_many(missing, 90, jobs=8, progress=lambda line: None)
-print(f"built {len(missing)} of {len(specs)} fpaintb_gemv kernels in {time.time() - t0:.0f} s")
-PY
+  timeout 200 python3 benchmarks/prebuild_decode.py -j 8 2>&1 | tail -2 &
   wait
   echo "build done at +$(( $(date +%s) - T0 )) s"
 fi

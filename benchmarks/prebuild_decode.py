@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from cutlass_gen.build import build_many, find_artifact
-from cutlass_gen.catalog import catalog
+import qgemm
 from test_fpaintb_gpu import stream_test_specs
 
 
@@ -19,12 +18,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-j", type=int, default=16)
     args = ap.parse_args()
-    specs = set(catalog(90, "fpaintb_gemv"))
-    specs |= {s for act in ("f16", "bf16") for bits in (4, 8) for s in stream_test_specs(act, bits, 90)}
-    missing = [s for s in sorted(specs, key=lambda s: s.name) if find_artifact(s, 90) is None]
+    specs = [s for act in ("f16", "bf16") for bits in (4, 8) for s in stream_test_specs(act, bits, 90)]
     t0 = time.time()
-    build_many(missing, 90, jobs=args.j, progress=lambda line: None)
-    print(f"built {len(missing)} of {len(specs)} fpaintb_gemv kernels for sm90 in {time.time() - t0:.0f} s")
+    built = qgemm.prebuild(["fpaintb_gemv", *specs], target_sm=90, jobs=args.j, progress=lambda line: None)
+    print(f"{len(built)} fpaintb_gemv kernels for sm90 ready in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 against a register-ring control (the partial buffer holds another kernel's partials between launches,
 so a partial read before its CTA wrote it shows as a changed bit).
 
-    python benchmarks/diag_bulk_determinism.py [--reps 20] [--spec NAME_SUBSTRING ...]"""
+    python benchmarks/diag_bulk_determinism.py [--reps 20] [--bf16-only]"""
 import argparse
 
 import torch

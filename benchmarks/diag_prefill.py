@@ -21,7 +21,7 @@ from timing import bench_graph
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """A W8A8 Sm90 configuration --candidates times beside the plan's choice (FP16 out, clamp epilogue).
-    alternate: the two consumer warp groups take turns on the tensor cores."""
+    alternate: the consumer warp groups take turns on the tensor cores."""
     schedule: str = "cooperative"
     tile: tuple = (128, 128)
     cluster: tuple = (1, 1)
@@ -43,6 +43,12 @@ CANDIDATES = {
     "coop256": Candidate(tile=(256, 128)), "coop256_c2x1": Candidate(tile=(256, 128), cluster=(2, 1)),
     "coop256_c1x2": Candidate(tile=(256, 128), cluster=(1, 2)),
     "coop256_sk": Candidate(tile=(256, 128), scheduler="streamk"),
+    # 192 x 128 on three consumer warp groups (qgemm's kernel layer), free or in turns (two issue while one
+    # promotes).
+    "coop192": Candidate(schedule="cooperative3", tile=(192, 128)),
+    "coop192_alt": Candidate(schedule="cooperative3", tile=(192, 128), alternate=True),
+    "coop192_c2x1_alt": Candidate(schedule="cooperative3", tile=(192, 128), cluster=(2, 1), alternate=True),
+    "coop192_c1x2_alt": Candidate(schedule="cooperative3", tile=(192, 128), cluster=(1, 2), alternate=True),
 }
 
 

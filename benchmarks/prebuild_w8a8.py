@@ -47,6 +47,21 @@ def test_specs() -> list:
     # test_256_row_tile: the 256 x 128 tile and the 128 x 128 one it is compared with, every output and epilogue.
     specs += [W8A8Sm90Spec(tile, 128, "symmetric", output, epilogue=epilogue) for tile in ((256, 128), (128, 128))
               for output in ("f32", "f16", "bf16") for epilogue in ("clamp", "silu")]
+    return specs + three_consumer_specs()
+
+
+def three_consumer_specs() -> list:
+    """test_three_consumer_tile*: each 192 x 128 three-consumer kernel and the 128 x 128 cooperative
+    kernel its output is compared with, and the 192-row kernel of test_programmatic_launch_chain."""
+    from test_w8a8_sm90_gpu import THREE_CONSUMER_CASES
+    specs = [W8A8Sm90Spec((192, 128), 128, "symmetric", "f16", "cooperative3", alternate=alternate)
+             for alternate in (False, True)]
+    specs += [W8A8Sm90Spec((128, 128), 128, "symmetric", "f16")]
+    for scheme, block_size, output, activation, alternate in THREE_CONSUMER_CASES:
+        epilogue = "silu" if activation == "silu" else "clamp"
+        specs += [W8A8Sm90Spec((192, 128), block_size, scheme, output, "cooperative3", epilogue=epilogue,
+                               alternate=alternate),
+                  W8A8Sm90Spec((128, 128), block_size, scheme, output, epilogue=epilogue)]
     return specs
 
 

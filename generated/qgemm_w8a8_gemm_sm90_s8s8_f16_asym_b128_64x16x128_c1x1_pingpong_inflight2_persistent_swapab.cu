@@ -65,6 +65,7 @@
 #include "qgemm/pdl.h"
 #include "qgemm/w8a8/sm90_block_promote.hpp"
 
+
 // A named namespace, not an anonymous one: nvcc's host stub cannot name this kernel's
 // __grid_constant__ Params type when it lives in an anonymous namespace.
 namespace qgemm_kernel {
@@ -96,6 +97,7 @@ template <class T> using Activation = cutlass::epilogue::thread::Clamp<T>;
 using FusionOp = cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Activation, ElementOutput, float, ElementBias,
                                                                    ElementOutput, float>;
 
+
 constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementOutput>::value;
 
 // No C operand (void): the epilogue never reads a source tensor.
@@ -104,6 +106,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     cutlass::epilogue::collective::EpilogueTileAuto, float, float,
     void, LayoutD, kAlignmentD, ElementOutput, LayoutD, kAlignmentD,
     EpilogueSchedule, FusionOp>::CollectiveOp;
+
 
 // Stages: as many as the shared memory left beside the epilogue holds, at most 8.
 template <int Stages>
@@ -116,8 +119,10 @@ constexpr int kStages = kSmemForMainloop / MainloopOf<1>::kStageBytes < 8 ? kSme
 static_assert(kStages >= 2, "the tile leaves room for fewer than two pipeline stages");
 using CollectiveMainloop = MainloopOf<kStages>;
 
+
 using Kernel = cutlass::gemm::kernel::GemmUniversal<
     Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
+
 
 using StrideA = typename CollectiveMainloop::StrideA;
 using StrideB = typename CollectiveMainloop::StrideB;

@@ -15,7 +15,7 @@ from cutlass_gen.build import build
 from cutlass_gen.catalog import catalog
 from cutlass_gen.render import render
 from cutlass_gen.spec import spec_from_dict
-from cutlass_gen.families.w8a8 import W8A8Sm90Spec
+from cutlass_gen.families.w8a8 import W8A8Sm90Spec, w8a8_sm90_schedule
 from qgemm import _checks, reference
 from qgemm.w8a8 import heuristics
 from qgemm._abi import PARAMS_CAPACITY, HostLibrary, QgemmProblem
@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
     (dict(tile=(64, 128)), "tile M must be one of (128, 256) with the cooperative schedule"),
     (dict(tile=(256, 128)), "tile M 256 is a symmetric-scheme prefill tile without swap_ab"),
     (dict(tile=(256, 16), scheme="symmetric", swap_ab=True), "tile M 256 is a symmetric-scheme prefill tile"),
-    (dict(tile=(256, 128), scheme="symmetric", alternate=True), "alternate (turns per block) needs tile M 128"),
+    (dict(tile=(256, 128), scheme="symmetric", alternate=True), "alternate (turns per block) needs one 64-row slice "
+                                                                "per warp group (tile M 128 or 192), got 256"),
     (dict(tile=(128, 128), schedule="pingpong"), "tile M must be one of (64,) with the pingpong"),
     (dict(tile=(128, 12)), "tile N must be a multiple of 8 in [8, 128]"),
     (dict(tile=(128, 256)), "tile N must be a multiple of 8 in [8, 128]"),
@@ -40,8 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
     (dict(arch=80), "arch must be 90"),
     (dict(swap_ab=1), "swap_ab must be a bool"),
     (dict(alternate=1), "alternate must be a bool"),
-    (dict(schedule="pingpong", tile=(64, 128), alternate=True), "alternate (two warp groups taking turns on one "
-                                                                "tile) needs the cooperative schedule"),
+    (dict(schedule="pingpong", tile=(64, 128), alternate=True), "alternate (warp groups taking turns on one "
+                                                                "tile) needs a cooperative schedule"),
+    (dict(tile=(192, 128)), "tile M must be one of (128, 256) with the cooperative schedule"),
+    (dict(tile=(128, 128), schedule="cooperative3"), "tile M must be one of (192,) with the cooperative3 schedule"),
+    (dict(tile=(192, 128), schedule="cooperative3", scheduler="streamk"), "the cooperative3 schedule (three consumer "
+                                                                          "warp groups) is a 192 x 128 prefill tile"),
+    (dict(tile=(192, 128), schedule="cooperative3", swap_ab=True), "with the persistent scheduler and no swap_ab"),
+    (dict(tile=(192, 64), schedule="cooperative3"), "got tile (192, 64)"),
+    (dict(tile=(192, 128), schedule="cooperative3", blocks_in_flight=2), "192 leaves no registers for a second"),
     (dict(blocks_in_flight=3), "blocks_in_flight must be one of (1, 2, 4), got 3"),
     (dict(blocks_in_flight=True), "blocks_in_flight must be one of (1, 2, 4), got True"),
     (dict(blocks_in_flight=2, block_size=64), "blocks_in_flight > 1 needs one promotion per stage"),
@@ -104,6 +112,23 @@ def test_blocks_in_flight_kernels():
     for m in (1, 16, 33, 64, 128, 4096):
         spec = heuristics.w8a8_sm90_choice(m, 4096, 4096, 128, "symmetric", "bf16", "silu", 132).spec
         assert spec.blocks_in_flight == (2 if spec.schedule == "pingpong" else 1), (m, spec.name)
+
+
+def test_three_consumer_kernels():
+    """The 192 x 128 tile runs three consumer warp groups on qgemm's own kernel layer (schedule
+    "cooperative3"): its name says so, the schedule helper picks it for 192 rows, and its source uses
+    that layer and its direct-store epilogue, never CUTLASS's GemmUniversal or TMA epilogue; the other
+    kernels' sources do not include the layer."""
+    spec = W8A8Sm90Spec((192, 128), 128, "symmetric", "bf16", "cooperative3", alternate=True, epilogue="silu")
+    assert spec.name == "qgemm_w8a8_gemm_sm90_s8s8_bf16_sym_b128_192x128x128_c1x1_cooperative3_alt_persistent_silu"
+    assert spec_from_dict(json.loads(spec.to_json())) == spec
+    assert w8a8_sm90_schedule((192, 128)) == "cooperative3" and w8a8_sm90_schedule((128, 128)) == "cooperative"
+    source = render(spec).source
+    assert "qgemm::w8a8::GemmThreeConsumers<" in source and "qgemm::w8a8::DirectStoreEpilogue<" in source
+    assert "KernelTmaWarpSpecializedThreeConsumers" in source and "/*AlternateWarpGroups=*/true" in source
+    assert "GemmUniversal<" not in source and "CollectiveBuilder<" not in source
+    assert "sm90_gemm_three_consumers.hpp" not in render(W8A8Sm90Spec((128, 128), 128, "symmetric", "f16")).source
+    assert W8A8Sm90Spec((192, 128), 32, "asymmetric", "f32", "cooperative3").scheduler == "persistent"
 
 
 def test_weight_scale_per_tile():

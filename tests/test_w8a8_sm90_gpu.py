@@ -244,6 +244,75 @@ def test_256_row_tile(activation, out_name):
     assert torch.equal(out, plan.gemm(xq, choice=heuristics.W8A8Sm90Choice(small)))
 
 
+THREE_CONSUMER_CASES = [  # (scheme, block_size, output, activation, alternate)
+    ("symmetric", 128, "f16", "none", True), ("symmetric", 128, "f16", "relu6", False),
+    ("symmetric", 128, "bf16", "silu", True), ("symmetric", 128, "f32", "relu", True),
+    ("asymmetric", 128, "f16", "none", True), ("asymmetric", 32, "f16", "relu6", True),
+]
+
+
+@pytest.mark.parametrize("k_blocks", [1, 3, 19])
+@pytest.mark.parametrize("m, n", [(1, 8), (3, 8), (17, 8 * 37), (1000, 8 * 37)])
+@pytest.mark.parametrize("scheme, block_size, out_name, activation, alternate", THREE_CONSUMER_CASES)
+def test_three_consumer_tile(scheme, block_size, out_name, activation, alternate, m, n, k_blocks):
+    """The 192 x 128 tile of three consumer warp groups (schedule "cooperative3": qgemm's kernel layer and
+    its direct-store epilogue), in turns (two issue while one promotes: units in a ring of per-warp-group
+    barriers) and free: odd M (1000 = 5 x 192 + 40: a partial row tile; M < 64 leaves two warp groups only
+    padding rows), N at its minimum (8) and with a partial column tile, 1, 3 and 19 K-blocks (fewer units
+    than the ring's depth, and many), bias, activations and every output. Besides the float64 bound its
+    output equals the 128 x 128 cooperative kernel's bit for bit: the same int32 products promoted in the
+    same order and the same epilogue arithmetic, so a warp group on the wrong rows, a stage released early
+    or a store to the wrong place cannot hide in rounding."""
+    out_dtype = OUT_DTYPES[out_name]
+    epilogue = "silu" if activation == "silu" else "clamp"
+    three = W8A8Sm90Spec((192, 128), block_size, scheme, out_name, "cooperative3", epilogue=epilogue,
+                         alternate=alternate)
+    two = W8A8Sm90Spec((128, 128), block_size, scheme, out_name, epilogue=epilogue)
+    k = max(block_size, 128) * k_blocks if block_size >= 128 else block_size * (4 * k_blocks + 1)
+    out, ref, plan, xq = _case(m, n, k, block_size, scheme, out_dtype, activation=activation, with_bias=m != 3,
+                               choice=heuristics.W8A8Sm90Choice(three))
+    assert rel_err(out, ref) < BOUND[out_dtype]
+    assert torch.equal(out, plan.gemm(xq, choice=heuristics.W8A8Sm90Choice(two)))
+
+
+def test_three_consumer_tile_graph_and_two_streams():
+    """The three-consumer kernel captured in a CUDA graph and replayed with new inputs, and on two streams
+    at once: each result equal to the 128 x 128 kernel's eager result."""
+    spec = W8A8Sm90Spec((192, 128), 128, "symmetric", "f16", "cooperative3", alternate=True)
+    choice = heuristics.W8A8Sm90Choice(spec)
+    m, n, k = 700, 392, 1024
+    plan = qgemm.W8A8GemmPlan(qgemm.W8A8Weight.from_float(randn(n, k), 128, scheme="symmetric"),
+                              out_dtype=torch.float16)
+    xs = [qgemm.quantize_activations(randn(m, k, dtype=torch.float16), 128, symmetric=True) for _ in range(2)]
+    expected = [plan.gemm(xq, choice=heuristics.W8A8Sm90Choice(dataclasses.replace(
+        spec, tile=(128, 128), schedule="cooperative", alternate=False))) for xq in xs]
+    static = qgemm.quantize_activations(randn(m, k, dtype=torch.float16), 128, symmetric=True)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    plan.gemm(static, out=out, choice=choice)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            plan.gemm(static, out=out, choice=choice)
+    for i, xq in enumerate(xs):
+        static.q.copy_(xq.q)
+        static.scale.copy_(xq.scale)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected[i])
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for _ in range(10):
+        for s, xq in zip(streams, xs):
+            with torch.cuda.stream(s):
+                outs.append(plan.gemm(xq, choice=choice))
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        assert torch.equal(o, expected[i % 2])
+
+
 @pytest.mark.parametrize("scheme, n, ms", [("symmetric", 384, (4, 200)), ("asymmetric", 384, (4, 200)),
                                            ("symmetric", 2048, (2048,))])
 def test_cuda_graph_and_two_streams(scheme, n, ms):
@@ -293,6 +362,7 @@ def test_cuda_graph_and_two_streams(scheme, n, ms):
     ("symmetric", 300, (128, 128), False, "persistent", 0),
     ("asymmetric", 300, (128, 128), False, "streamk", 0),  # warp groups in turns, stream-K fix-up
     ("symmetric", 300, (256, 128), False, "streamk", 3),
+    ("symmetric", 300, (192, 128), False, "persistent", 0),  # three consumer warp groups, qgemm's kernel layer
 ])
 def test_programmatic_launch_chain(scheme, m, tile, swap_ab, scheduler, splits):
     """The Sm90 kernels are launched with programmatic stream serialization after act_quant, which lets

@@ -79,10 +79,14 @@ class W8A8Sm90Spec(KernelSpec):
     stages hold 128 K each: blocks of 32 and 64 are promoted 4 and 2 times per stage, a block of
     256 over two stages. `scheme`: "asymmetric" (MNN's per-block scale and offset of both operands)
     or "symmetric" (block-INT8: activation scales per (row, block), weight scales per (128 rows,
-    block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu". `alternate`
-    (cooperative only): the two warp groups take turns on the tensor cores, so that one promotes
-    while the other's WGMMAs run (faster for the asymmetric scheme's heavier promotion, slower for
-    the symmetric one: see sm90_block_promote.hpp). `blocks_in_flight` (1, 2 or 4; blocks of 128 or
+    block)). `epilogue`: "clamp" (bounds at run time: none, ReLU, ReLU6) or "silu". `schedule`:
+    "cooperative" (two consumer warp groups on one 128- or 256-row tile, CUTLASS's kernel layer),
+    "cooperative3" (three on one 192-row tile, qgemm's kernel layer sm90_gemm_three_consumers.hpp:
+    persistent, no swap-AB, its own direct-store epilogue) or "pingpong" (one per 64-row tile).
+    `alternate` (cooperative schedules): the warp groups take turns on the tensor cores, so that one
+    promotes while the others' WGMMAs run (two warp groups: faster for the asymmetric scheme's heavier
+    promotion, slower for the symmetric one: see sm90_block_promote.hpp; three: two issue while one
+    promotes). `blocks_in_flight` (1, 2 or 4; blocks of 128 or
     256, tile M 64 or 128, no turns): a warp group issues that many blocks' WGMMAs before it waits for
     the first and promotes each as it completes, so that the latencies of a decode tile's short
     blocks overlap instead of chaining. `max_stages`: the pipeline's stages are as many as the shared
@@ -97,7 +101,7 @@ class W8A8Sm90Spec(KernelSpec):
     BLOCK_SIZES: ClassVar[tuple] = (32, 64, 128, 256)
     OUTPUTS: ClassVar[tuple] = ("f16", "bf16", "f32")
     EPILOGUES: ClassVar[dict] = {"clamp": "Clamp", "silu": "SiLu"}
-    SCHEDULES: ClassVar[tuple] = ("cooperative", "pingpong")
+    SCHEDULES: ClassVar[tuple] = ("cooperative", "cooperative3", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
     CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (1, 2))
     WEIGHT_BLOCK_N: ClassVar[int] = 128  # symmetric weights: one scale per 128 rows
@@ -135,12 +139,13 @@ class W8A8Sm90Spec(KernelSpec):
             raise ValueError(f"the symmetric (block-INT8) scheme has 128 x 128 weight blocks: block_size 128, "
                              f"got {self.block_size}")
         tm, tn = tile
-        # WGMMA M is 64 per warp group: cooperative splits the tile's rows over two warp groups,
-        # ping-pong gives each warp group a whole tile. Beside the FP32 accumulators each thread
-        # holds the int32 block temporaries of one 64-row slice: 128 x 128 per tile (64 + 64
-        # registers per thread over 256 threads) leaves room for the rest; 256 x 128 gives each warp
-        # group two slices, run and promoted in turn (128 + 64 registers); wider tiles would spill.
-        rows = {"cooperative": (128, 256), "pingpong": (64,)}[self.schedule]
+        # WGMMA M is 64 per warp group: cooperative splits the tile's rows over two warp groups
+        # (cooperative3 over three), ping-pong gives each warp group a whole tile. Beside the FP32
+        # accumulators each thread holds the int32 block temporaries of one 64-row slice: 128 x 128 per
+        # tile (64 + 64 registers per thread over 256 threads) leaves room for the rest; 256 x 128 gives
+        # each warp group two slices, run and promoted in turn (128 + 64 registers); wider tiles would
+        # spill. Three consumer warp groups get 160 registers each (the producer 32).
+        rows = {"cooperative": (128, 256), "cooperative3": (192,), "pingpong": (64,)}[self.schedule]
         if tm not in rows:
             raise ValueError(f"tile M must be one of {rows} with the {self.schedule} schedule, got {tm}")
         if tn % 8 or not 8 <= tn <= 128:
@@ -152,16 +157,26 @@ class W8A8Sm90Spec(KernelSpec):
             raise ValueError(f"tile M 256 is a symmetric-scheme prefill tile without swap_ab (the asymmetric "
                              f"promotion's three vectors per side spill beside 128 + 64 registers per thread), got "
                              f"scheme={self.scheme!r}, swap_ab={self.swap_ab!r}")
-        if self.alternate and self.schedule != "cooperative":
-            raise ValueError(f"alternate (two warp groups taking turns on one tile) needs the cooperative schedule, "
+        if self.alternate and self.schedule == "pingpong":
+            raise ValueError(f"alternate (warp groups taking turns on one tile) needs a cooperative schedule, "
                              f"got {self.schedule!r}")
-        if self.alternate and tm != 128:
-            raise ValueError(f"alternate (turns per block) needs tile M 128 (one 64-row slice per warp group), got {tm}")
+        if self.alternate and tm == 256:
+            raise ValueError(f"alternate (turns per block) needs one 64-row slice per warp group (tile M 128 or 192), "
+                             f"got {tm}")
+        if self.schedule == "cooperative3":
+            # qgemm's three-consumer kernel layer: the persistent scheduler only (CUTLASS's stream-K fix-up
+            # is sized for its own kernels), no swap-AB (its epilogue adds a per-column bias), and the one
+            # tile width measured.
+            if self.scheduler != "persistent" or self.swap_ab or tn != 128:
+                raise ValueError(f"the cooperative3 schedule (three consumer warp groups) is a 192 x 128 prefill tile "
+                                 f"with the persistent scheduler and no swap_ab, got tile {tuple(tile)}, scheduler="
+                                 f"{self.scheduler!r}, swap_ab={self.swap_ab!r}")
         if self.blocks_in_flight not in (1, 2, 4) or isinstance(self.blocks_in_flight, bool):
             raise ValueError(f"blocks_in_flight must be one of (1, 2, 4), got {self.blocks_in_flight!r}")
-        if self.blocks_in_flight > 1 and (self.block_size < self.TILE_K or tm == 256 or self.alternate):
+        if self.blocks_in_flight > 1 and (self.block_size < self.TILE_K or tm in (192, 256) or self.alternate):
             raise ValueError(f"blocks_in_flight > 1 needs one promotion per stage (block_size 128 or 256), one "
-                             f"64-row slice per warp group (tile M 64 or 128) and no turns, got block_size="
+                             f"64-row slice per warp group (tile M 64 or 128; 192 leaves no registers for a second "
+                             f"temporary) and no turns, got block_size="
                              f"{self.block_size}, tile M {tm}, alternate={self.alternate}")
         if isinstance(self.max_stages, bool) or not isinstance(self.max_stages, int) or not 2 <= self.max_stages <= 32:
             raise ValueError(f"max_stages must be an int in [2, 32], got {self.max_stages!r}")
@@ -397,8 +412,8 @@ def w8a8_sm90_configs(block_size: int, scheme: str = "asymmetric") -> list[tuple
 
 def w8a8_sm90_schedule(tile: tuple) -> str:
     """The schedule of a catalog configuration: pingpong for 64-row tiles (one warp group per tile),
-    cooperative for 128 and 256 rows (both consumer warp groups on one tile)."""
-    return "pingpong" if tile[0] == 64 else "cooperative"
+    cooperative for 128 and 256 rows (both consumer warp groups on one tile), cooperative3 for 192 (three)."""
+    return {64: "pingpong", 192: "cooperative3"}.get(tile[0], "cooperative")
 
 
 def w8a8_sm90_alternate(scheme: str, block_size: int, tile: tuple, swap_ab: bool) -> bool:

@@ -17,10 +17,11 @@
 // The CUTLASS 3.x kernel layer (GemmUniversal with the cooperative or ping-pong warp-specialized
 // schedules, persistent or stream-K) drives this collective through the same interface as
 // CUTLASS's own FP8 blockwise-scaling mainloop: load (TMA warp), load_auxiliary (the vector
-// warp), mma and mma_tail (consumers). The kernel and the epilogue see FP32 accumulators: this
-// collective publishes a TiledMma of FP32-accumulating WGMMA atoms whose accumulator layout is
-// the int8 atoms' (checked below), so the epilogue and the stream-K fix-up work in FP32 while
-// the mainloop's own int8 TiledMma fills int32 temporaries.
+// warp), mma and mma_tail (consumers); qgemm's own kernel layer (sm90_gemm_three_consumers.hpp) drives
+// it the same way with three consumer warp groups on a 192-row tile. The kernel and the epilogue see
+// FP32 accumulators: this collective publishes a TiledMma of FP32-accumulating WGMMA atoms whose
+// accumulator layout is the int8 atoms' (checked below), so the epilogue and the stream-K fix-up
+// work in FP32 while the mainloop's own int8 TiledMma fills int32 temporaries.
 //
 // The promotion is written against the temporaries' element type: for FP8 operands (FP32
 // temporaries) the conversion is the identity, so the FP8 family can share this collective.
@@ -73,6 +74,13 @@ struct BlockScheme {
   static_assert(BlockSize_ == 32 || BlockSize_ == 64 || BlockSize_ == 128 || BlockSize_ == 256,
                 "block size must be 32, 64, 128 or 256");
   static_assert(!(Asymmetric_ && WeightPerTile_), "per-tile weight scales are a symmetric-scheme shortcut");
+};
+
+// The schedule of qgemm's own kernel layer with three consumer warp groups on one 192-row tile
+// (sm90_gemm_three_consumers.hpp). Not derived from CUTLASS's cooperative tag: CUTLASS 4.2's
+// cooperative kernel asserts two consumer warp groups and would otherwise be selected.
+struct KernelTmaWarpSpecializedThreeConsumers {
+  static constexpr int SchedulerPipelineStageCount = 0;
 };
 
 // Dispatch policy: CUTLASS's warp-specialized TMA mainloop plus the scheme.
@@ -148,18 +156,24 @@ struct Sm90BlockPromoteMma {
   static constexpr int kStagesPerBlock = kBlockSize > kTileK ? kBlockSize / kTileK : 1;
   static constexpr int kPromotionK = kTileK / kPromotionsPerStage;  // K per promotion
 
+  static constexpr bool kThreeConsumers = cute::is_same_v<KernelSchedule, KernelTmaWarpSpecializedThreeConsumers>;
   static constexpr bool IsCooperative =
-      cute::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, KernelSchedule>;
+      cute::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, KernelSchedule> || kThreeConsumers;
+  // Consumer warp groups on one tile, one 64-row WGMMA slice each (per pass, for 256-row tiles).
+  static constexpr int kConsumers = kThreeConsumers ? 3 : IsCooperative ? 2 : 1;
+  static_assert(!kThreeConsumers || kTileM == 192, "three consumer warp groups: a 192-row tile");
   static constexpr bool kAlternate = AlternateWarpGroups_;
   static_assert(!kAlternate || IsCooperative, "warp groups alternate on one tile: the cooperative schedule");
   static constexpr int kBlocksInFlight = BlocksInFlight_;
   static_assert(kBlocksInFlight == 1 || kBlocksInFlight == 2 || kBlocksInFlight == 4, "1, 2 or 4 blocks in flight");
   static_assert(kBlocksInFlight == 1 || (kPromotionsPerStage == 1 && !kAlternate),
                 "blocks in flight: one promotion per stage (blocks of 128 or 256), no turns");
-  // Named barriers (user ids, after CUTLASS's reserved ones) of the alternation: "warp group 0 may
-  // issue", "warp group 1 may issue", and the start of a tile.
-  static constexpr uint32_t kTurnBarrier0 = 0, kTurnBarrier1 = 1, kTileStartBarrier = 2;
-  using AtomLayoutMNK = cute::conditional_t<IsCooperative, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
+  // Named barriers (user ids, after CUTLASS's reserved ones) of the alternation. Two warp groups:
+  // "warp group 0 may issue", "warp group 1 may issue", and the start of a tile. Three: "warp group
+  // g may issue its even / odd block" (ids 2g, 2g + 1; see mma()), and the start of a tile (6).
+  static constexpr uint32_t kTurnBarrier0 = 0, kTurnBarrier1 = 1;
+  static constexpr uint32_t kTileStartBarrier = kConsumers == 3 ? 6 : 2;
+  using AtomLayoutMNK = Layout<Shape<Int<kConsumers>, _1, _1>>;
 
   // The int8 WGMMA the mainloop runs, and the FP32-accumulating one the kernel and the epilogue
   // see (same accumulator layout, so the FP32 accumulators the kernel allocates line up with the
@@ -471,6 +485,45 @@ struct Sm90BlockPromoteMma {
   // 256 x 128 outputs, against 256 per 128 x 128), which measured 7-10% faster at M = 4096 on the
   // H100 (qgemm/w8a8/heuristics.py). The asymmetric promotion's six vectors do not fit beside its
   // 128 + 64 registers (ptxas spills), so that tile is the symmetric scheme's.
+  // Turns (kAlternate). Number the tile's units (one block's WGMMAs of one warp group) in issue order,
+  // t = unit * kConsumers + warp group: unit t is issued once unit t - (kConsumers - 1) is done, so all
+  // warp groups but one have WGMMAs in flight while that one promotes. Two warp groups: one barrier
+  // each ("may issue"). Three: warp group g's units wait on barrier 2g + (unit & 1), armed by warp group
+  // g + 1 when it finishes the unit two before; alternating two barriers per warp group keeps each armed
+  // at most once ahead (the arrival for unit u + 2 needs unit u issued first), which one barrier would
+  // not: warp group g + 1 may finish two units while g promotes.
+  CUTLASS_DEVICE static void wait_turn(int warp_group, int unit) {
+    constexpr uint32_t kPair = 2 * cutlass::NumThreadsPerWarpGroup;
+    if constexpr (kConsumers == 2) {
+      if (warp_group == 1) {
+        cutlass::arch::NamedBarrier::sync(kPair, kTurnBarrier1);
+      } else if (unit > 0) {
+        cutlass::arch::NamedBarrier::sync(kPair, kTurnBarrier0);
+      }
+    } else {
+      if (unit * kConsumers + warp_group >= kConsumers - 1) {
+        cutlass::arch::NamedBarrier::sync(kPair, uint32_t(2 * warp_group + (unit & 1)));
+      }
+    }
+  }
+
+  CUTLASS_DEVICE static void pass_turn(int warp_group, int unit, int units) {
+    constexpr uint32_t kPair = 2 * cutlass::NumThreadsPerWarpGroup;
+    if constexpr (kConsumers == 2) {
+      if (warp_group == 0) {
+        cutlass::arch::NamedBarrier::arrive(kPair, kTurnBarrier1);
+      } else if (unit + 1 < units) {
+        cutlass::arch::NamedBarrier::arrive(kPair, kTurnBarrier0);
+      }
+    } else {
+      int next = unit * kConsumers + warp_group + kConsumers - 1;  // the unit this one's completion frees
+      if (next < units * kConsumers) {
+        int owner = next % kConsumers;
+        cutlass::arch::NamedBarrier::arrive(kPair, uint32_t(2 * owner + ((next / kConsumers) & 1)));
+      }
+    }
+  }
+
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
                           int thread_idx, TensorStorage& shared_tensors, Params const& params) {
@@ -509,7 +562,7 @@ struct Sm90BlockPromoteMma {
     [[maybe_unused]] int const units = k_tile_count * kPromotionsPerStage;
     [[maybe_unused]] int unit = 0;
     if constexpr (kAlternate) {
-      cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTileStartBarrier);
+      cutlass::arch::NamedBarrier::sync(kConsumers * cutlass::NumThreadsPerWarpGroup, kTileStartBarrier);
     }
 
     clear(accum);
@@ -561,11 +614,7 @@ struct Sm90BlockPromoteMma {
       CUTLASS_PRAGMA_UNROLL
       for (int p = 0; p < kPromotionsPerStage; ++p, ++unit) {
         if constexpr (kAlternate) {
-          if (warp_group_idx == 1) {
-            cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier1);
-          } else if (unit > 0) {
-            cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier0);
-          }
+          wait_turn(warp_group_idx, unit);
         }
         // One 64-row slice of the warp group's rows at a time (two for a 256-row tile).
         CUTLASS_PRAGMA_UNROLL
@@ -587,11 +636,7 @@ struct Sm90BlockPromoteMma {
           if constexpr (kAlternate) {
             // Hand the tensor cores over once this block's WGMMAs are done (not when issued: issued
             // together, two warp groups' WGMMAs share the tensor cores and finish together).
-            if (warp_group_idx == 0) {
-              cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier1);
-            } else if (unit + 1 < units) {
-              cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier0);
-            }
+            pass_turn(warp_group_idx, unit, units);
           }
           warpgroup_fence_operand(temp);
           promote(accum(_, slice, _), temp, tCcC(_, slice, _), shared_tensors.rows[read_stage] + p * kTileM,

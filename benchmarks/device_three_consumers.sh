@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device session for the W8A8 192 x 128 tile on three consumer warp groups (issue 15, prefill): one parallel
-# build of its kernels, the ones its tests compare with, the plans' choices for the timed shapes and the
+# build of its kernels, the ones its tests compare with and the other symmetric prefill tiles' test kernels, the plans' choices for the timed shapes and the
 # candidates; the SASS counts of the three-consumer kernels; their GPU tests; then diag_prefill.py at each
 # CASE (candidates beside the plan's choice, outputs compared bit for bit), and optionally bench_w8a8.py.
 # Carry: .whl (nvidia-cutlass wheel); .kcache (an earlier call's kernel cache) to skip builds.
@@ -14,11 +14,14 @@ t0=$(date +%s)
 timeout 420 python3 - "$CASES" <<'PY'
 import shlex, sys
 import diag_prefill
-from prebuild_w8a8 import three_consumer_specs
+from prebuild_w8a8 import test_specs, three_consumer_specs
 from cutlass_gen.build import build_many, find_artifact
 from cutlass_gen.catalog import catalog
 from qgemm.w8a8 import heuristics
-specs = set(catalog(90, "act_quant")) | set(three_consumer_specs())
+# The tests' kernels of the prefill tiles (symmetric, not swapped): the three-consumer ones, the 256- and
+# 128-row ones they are compared with, the symmetric stream-K ones.
+specs = set(catalog(90, "act_quant")) | set(three_consumer_specs()) | {s for s in test_specs() if s.scheme == "symmetric" and not s.swap_ab} | \
+    {s for s in catalog(90, "w8a8_gemm_sm90") if s.scheme == "symmetric" and not s.swap_ab and s.output == "f16"}
 shapes = {(2048, 4096, 4096), (2048, 1024, 4096), (2048, 14336, 4096), (2048, 4096, 14336)}
 for case in sys.argv[1].split(";"):
     args = diag_prefill.parse(shlex.split(case))

@@ -162,8 +162,8 @@ class GemmThreeConsumers {
     TileSchedulerArguments scheduler{};
   };
 
+  // What the kernel reads (the mode is checked on the host: kGemm only).
   struct Params {
-    cutlass::gemm::GemmUniversalMode mode{};
     ProblemShape problem_shape{};
     MainloopParams mainloop{};
     typename CollectiveEpilogue::Params epilogue{};
@@ -176,9 +176,8 @@ class GemmThreeConsumers {
     cutlass::KernelHardwareInfo hw_info{args.hw_info.device_id, args.hw_info.sm_count, 0};
     TileSchedulerParams scheduler = TileScheduler::to_underlying_arguments(
         problem_shape_MNKL, TileShape{}, ClusterShape{}, hw_info, args.scheduler, nullptr, 1);
-    return {args.mode, args.problem_shape,
-            CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, nullptr), args.epilogue,
-            hw_info, scheduler};
+    return {args.problem_shape, CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, nullptr),
+            args.epilogue, hw_info, scheduler};
   }
 
   static bool can_implement(Arguments const& args) {

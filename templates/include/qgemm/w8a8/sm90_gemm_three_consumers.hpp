@@ -269,27 +269,30 @@ class GemmThreeConsumers {
       cutlass::arch::warpgroup_reg_dealloc<LoadRegisterRequirement>();
       auto work = scheduler.initial_work_tile_info(ClusterShape{});
       auto producer_state = cutlass::make_producer_start_state<MainloopPipeline>();
+      // Both producer warps walk the same tiles and stages: the TMA warp loads the operand tiles, the vector
+      // warp the per-block vectors (the stage's full barrier waits for both).
+      auto for_each_tile = [&](auto&& load_tile) {
+        while (work.is_valid()) {
+          int count = k_tiles(work);
+          load_tile(tile_of(work), k_tile_iterator(work), count);
+          producer_state.advance(count);
+          work = get<0>(scheduler.fetch_next_work(work));
+        }
+      };
       if (producer_warp_role == ProducerWarpRole::Mainloop) {
         // Under programmatic launch, the previous kernel's writes are visible only after this wait.
         cutlass::arch::wait_on_dependent_grids();
-        while (work.is_valid()) {
-          int count = k_tiles(work);
-          collective_mainloop.load(params.mainloop, pipeline, producer_state, load_inputs, tile_of(work),
-                                   k_tile_iterator(work), count, lane_idx, block_rank_in_cluster,
-                                   shared_storage.tensors.mainloop);
-          producer_state.advance(count);
-          work = get<0>(scheduler.fetch_next_work(work));
-        }
+        for_each_tile([&](auto const& blk_coord, auto k_tile_iter, int count) {
+          collective_mainloop.load(params.mainloop, pipeline, producer_state, load_inputs, blk_coord, k_tile_iter,
+                                   count, lane_idx, block_rank_in_cluster, shared_storage.tensors.mainloop);
+        });
         collective_mainloop.load_tail(pipeline, producer_state);
       } else if (producer_warp_role == ProducerWarpRole::MainloopAux) {
-        while (work.is_valid()) {
-          int count = k_tiles(work);
-          collective_mainloop.load_auxiliary(params.mainloop, pipeline, producer_state, load_inputs, tile_of(work),
-                                             k_tile_iterator(work), count, lane_idx, block_rank_in_cluster,
+        for_each_tile([&](auto const& blk_coord, auto k_tile_iter, int count) {
+          collective_mainloop.load_auxiliary(params.mainloop, pipeline, producer_state, load_inputs, blk_coord,
+                                             k_tile_iter, count, lane_idx, block_rank_in_cluster,
                                              shared_storage.tensors.mainloop);
-          producer_state.advance(count);
-          work = get<0>(scheduler.fetch_next_work(work));
-        }
+        });
       }
     } else {
       cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();

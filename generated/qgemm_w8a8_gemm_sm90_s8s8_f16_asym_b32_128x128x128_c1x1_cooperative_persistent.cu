@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_w8a8_gemm_sm90_s8s8_f16_asym_b32_128x128x128_c1x1_cooperative_persistent
-// spec:   W8A8Sm90Spec(tile=(128, 128), block_size=32, scheme='asymmetric', output='f16', schedule='cooperative', scheduler='persistent', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, blocks_in_flight=1, max_stages=8, arch=90)
+// spec:   W8A8Sm90Spec(tile=(128, 128), block_size=32, scheme='asymmetric', output='f16', schedule='cooperative', scheduler='persistent', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, blocks_in_flight=1, max_stages=8, operand='s8', arch=90)
 
 // W8A8 GEMM quantized per K-block on Sm90 (asymmetric scheme, block size 32):
 
@@ -71,6 +71,9 @@ namespace qgemm_kernel {
 using namespace cute;
 
 using ElementOutput = cutlass::half_t;
+
+using ElementOperand = int8_t;
+
 using ElementBias = float;
 constexpr int kBlockSize = 32;
 constexpr bool kAsymmetric = true;
@@ -109,7 +112,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 
 // Stages: as many as the shared memory left beside the epilogue holds, at most 8.
 template <int Stages>
-using MainloopOf = qgemm::w8a8::Sm90BlockPromoteMma<Stages, ClusterShape, KernelSchedule, Scheme, TileShape, int8_t,
+using MainloopOf = qgemm::w8a8::Sm90BlockPromoteMma<Stages, ClusterShape, KernelSchedule, Scheme, TileShape, ElementOperand,
                                                     /*AlternateWarpGroups=*/false,
                                                     /*BlocksInFlight=*/1>;
 constexpr int kSmemForMainloop = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes -
@@ -155,8 +158,8 @@ struct Adapter {
     BlockVector act[3] = {block_major(2, m), block_major(4, m), block_major(3, m)};   // s, sum(q), o
     BlockVector weight[3] = {block_major(5, n), block_major(6, n), block_major(11, n)};  // s, o, v
 
-    auto x = static_cast<int8_t const*>(p.ptr[0]);
-    auto w = static_cast<int8_t const*>(p.ptr[1]);
+    auto x = static_cast<ElementOperand const*>(p.ptr[0]);
+    auto w = static_cast<ElementOperand const*>(p.ptr[1]);
     auto out = static_cast<ElementOutput*>(const_cast<void*>(p.ptr[10]));
 
     Kernel::Arguments args{};
@@ -236,4 +239,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_f16_asym_b32_128x128x128_c1x1_cooperative_persistent, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":32,\"blocks_in_flight\":1,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"max_stages\":8,\"output\":\"f16\",\"schedule\":\"cooperative\",\"scheduler\":\"persistent\",\"scheme\":\"asymmetric\",\"swap_ab\":false,\"tile\":[128,128]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_f16_asym_b32_128x128x128_c1x1_cooperative_persistent, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":32,\"blocks_in_flight\":1,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"max_stages\":8,\"operand\":\"s8\",\"output\":\"f16\",\"schedule\":\"cooperative\",\"scheduler\":\"persistent\",\"scheme\":\"asymmetric\",\"swap_ab\":false,\"tile\":[128,128]}")

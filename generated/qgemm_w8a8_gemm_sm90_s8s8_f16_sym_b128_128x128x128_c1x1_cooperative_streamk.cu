@@ -2,7 +2,7 @@
 // spec or the template and run `qgemm render`.
 //
 // kernel: qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_128x128x128_c1x1_cooperative_streamk
-// spec:   W8A8Sm90Spec(tile=(128, 128), block_size=128, scheme='symmetric', output='f16', schedule='cooperative', scheduler='streamk', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, blocks_in_flight=1, max_stages=8, arch=90)
+// spec:   W8A8Sm90Spec(tile=(128, 128), block_size=128, scheme='symmetric', output='f16', schedule='cooperative', scheduler='streamk', swap_ab=False, epilogue='clamp', cluster=(1, 1), alternate=False, blocks_in_flight=1, max_stages=8, operand='s8', arch=90)
 
 // W8A8 GEMM quantized per K-block on Sm90 (symmetric scheme, block size 128):
 
@@ -69,6 +69,9 @@ namespace qgemm_kernel {
 using namespace cute;
 
 using ElementOutput = cutlass::half_t;
+
+using ElementOperand = int8_t;
+
 using ElementBias = float;
 constexpr int kBlockSize = 128;
 constexpr bool kAsymmetric = false;
@@ -107,7 +110,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 
 // Stages: as many as the shared memory left beside the epilogue holds, at most 8.
 template <int Stages>
-using MainloopOf = qgemm::w8a8::Sm90BlockPromoteMma<Stages, ClusterShape, KernelSchedule, Scheme, TileShape, int8_t,
+using MainloopOf = qgemm::w8a8::Sm90BlockPromoteMma<Stages, ClusterShape, KernelSchedule, Scheme, TileShape, ElementOperand,
                                                     /*AlternateWarpGroups=*/false,
                                                     /*BlocksInFlight=*/1>;
 constexpr int kSmemForMainloop = cutlass::gemm::collective::detail::sm90_smem_capacity_bytes -
@@ -153,8 +156,8 @@ struct Adapter {
     BlockVector act[1] = {block_major(2, m)};
     BlockVector weight[1] = {BlockVector{f(5), 1, blocks, 7}};
 
-    auto x = static_cast<int8_t const*>(p.ptr[0]);
-    auto w = static_cast<int8_t const*>(p.ptr[1]);
+    auto x = static_cast<ElementOperand const*>(p.ptr[0]);
+    auto w = static_cast<ElementOperand const*>(p.ptr[1]);
     auto out = static_cast<ElementOutput*>(const_cast<void*>(p.ptr[10]));
 
     Kernel::Arguments args{};
@@ -242,4 +245,4 @@ struct Adapter {
 
 }  // namespace qgemm_kernel
 
-QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_128x128x128_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":128,\"blocks_in_flight\":1,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"max_stages\":8,\"output\":\"f16\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"scheme\":\"symmetric\",\"swap_ab\":false,\"tile\":[128,128]}")
+QGEMM_EXPORT_KERNEL(qgemm_w8a8_gemm_sm90_s8s8_f16_sym_b128_128x128x128_c1x1_cooperative_streamk, qgemm_kernel::Adapter, "{\"alternate\":false,\"arch\":90,\"block_size\":128,\"blocks_in_flight\":1,\"cluster\":[1,1],\"epilogue\":\"clamp\",\"family\":\"w8a8_gemm_sm90\",\"max_stages\":8,\"operand\":\"s8\",\"output\":\"f16\",\"schedule\":\"cooperative\",\"scheduler\":\"streamk\",\"scheme\":\"symmetric\",\"swap_ab\":false,\"tile\":[128,128]}")

@@ -56,6 +56,8 @@ ROOT = Path(__file__).resolve().parent.parent
     (dict(blocks_in_flight=2, tile=(256, 128), scheme="symmetric"), "one 64-row slice per warp group"),
     (dict(blocks_in_flight=2, alternate=True), "and no turns, got block_size=128, tile M 128, alternate=True"),
     (dict(max_stages=1), "max_stages must be an int in [2, 32], got 1"),
+    (dict(operand="e5m2"), "operand must be one of ('s8', 'e4m3'), got 'e5m2'"),
+    (dict(operand="e4m3"), "FP8 operands (operand='e4m3') take the symmetric scheme's scales"),
     (dict(max_stages=3, blocks_in_flight=4), "max_stages must be at least blocks_in_flight"),
 ])
 def test_spec_rejects_invalid_configs(kwargs, fragment):
@@ -72,6 +74,11 @@ def test_names_and_json_round_trip():
     assert spec_from_dict(json.loads(spec.to_json())) == spec
     names = [s.name for s in catalog(90, W8A8Sm90Spec.family)]
     assert len(names) == len(set(names))
+    # FP8 operands: an experiment outside every catalog, named by its operands.
+    fp8 = W8A8Sm90Spec((256, 128), 128, "symmetric", "f16", operand="e4m3")
+    assert fp8.name == "qgemm_w8a8_gemm_sm90_e4m3e4m3_f16_sym_b128_256x128x128_c1x1_cooperative_persistent"
+    assert "using ElementOperand = cutlass::float_e4m3_t;" in render(fp8).source
+    assert all(s.operand == "s8" for s in catalog(90, W8A8Sm90Spec.family))
 
 
 def test_alternate_kernels():
@@ -396,8 +403,12 @@ def test_plan_rejects_a_choice_of_another_configuration(fake_sm90):
     plan = qgemm.W8A8GemmPlan(_weight(), out_dtype=torch.bfloat16)
     wrong = heuristics.W8A8Sm90Choice(W8A8Sm90Spec((128, 128), 128, "symmetric", "f16"))
     xq = w8a8_mod.QuantizedActivations(torch.zeros(4, 512, dtype=torch.int8), torch.ones(4, 4), None, None, 128)
-    with pytest.raises(ValueError, match=r"choice.spec must have \(block_size, scheme, output, epilogue\)"):
+    with pytest.raises(ValueError, match=r"choice.spec must have \(block_size, scheme, output, epilogue, operand\)"):
         plan.gemm(xq, choice=wrong)
+    # FP8 operands would read the int8 codes as FP8: refused before any launch.
+    fp8 = heuristics.W8A8Sm90Choice(W8A8Sm90Spec((128, 128), 128, "symmetric", "bf16", operand="e4m3"))
+    with pytest.raises(ValueError, match=r"got \(128, 'symmetric', 'bf16', 'clamp', 'e4m3'\)"):
+        plan.gemm(xq, choice=fp8)
     with pytest.raises(TypeError, match="choice must be a qgemm.heuristics.W8A8Sm90Choice"):
         plan.gemm(xq, choice="128x128")
 

@@ -90,7 +90,9 @@ class W8A8Sm90Spec(KernelSpec):
     256, tile M 64 or 128, no turns): a warp group issues that many blocks' WGMMAs before it waits for
     the first and promotes each as it completes, so that the latencies of a decode tile's short
     blocks overlap instead of chaining. `max_stages`: the pipeline's stages are as many as the shared
-    memory beside the epilogue holds, at most this many.
+    memory beside the epilogue holds, at most this many. `operand`: "s8", or "e4m3" for an experiment
+    outside every catalog: FP8 operands with the symmetric scheme's scales (DeepSeek's FP8 blockwise
+    layout), the WGMMAs accumulating each block in FP32 temporaries (benchmarks/diag_fp8_promote.py).
     """
 
     family: ClassVar[str] = "w8a8_gemm_sm90"
@@ -103,6 +105,8 @@ class W8A8Sm90Spec(KernelSpec):
     EPILOGUES: ClassVar[dict] = {"clamp": "Clamp", "silu": "SiLu"}
     SCHEDULES: ClassVar[tuple] = ("cooperative", "cooperative3", "pingpong")
     SCHEDULERS: ClassVar[tuple] = ("persistent", "streamk")
+    # "e4m3": an experiment, not in a catalog: FP8 blockwise operands (the FP8 family's data) on this collective.
+    OPERANDS: ClassVar[tuple] = ("s8", "e4m3")
     CLUSTERS: ClassVar[tuple] = ((1, 1), (2, 1), (1, 2))
     WEIGHT_BLOCK_N: ClassVar[int] = 128  # symmetric weights: one scale per 128 rows
     TILE_K: ClassVar[int] = 128
@@ -119,6 +123,7 @@ class W8A8Sm90Spec(KernelSpec):
     alternate: bool = False
     blocks_in_flight: int = 1
     max_stages: int = 8
+    operand: str = "s8"
     arch: int = 90
 
     def __post_init__(self):
@@ -186,6 +191,11 @@ class W8A8Sm90Spec(KernelSpec):
         if self.max_stages < self.blocks_in_flight:
             raise ValueError(f"max_stages must be at least blocks_in_flight (a warp group holds that many stages "
                              f"at once), got max_stages={self.max_stages}, blocks_in_flight={self.blocks_in_flight}")
+        if self.operand not in self.OPERANDS:
+            raise ValueError(f"operand must be one of {self.OPERANDS}, got {self.operand!r}")
+        if self.operand != "s8" and self.scheme != "symmetric":
+            raise ValueError(f"FP8 operands (operand={self.operand!r}) take the symmetric scheme's scales (DeepSeek's "
+                             f"FP8 blockwise layout), got scheme={self.scheme!r}")
         if self.schedule == "pingpong" and self.scheduler == "streamk":
             raise ValueError("the pingpong schedule has no stream-K scheduler in CUTLASS; use cooperative")
 
@@ -215,7 +225,7 @@ class W8A8Sm90Spec(KernelSpec):
         alternate = "_alt" if self.alternate else ""
         in_flight = f"_inflight{self.blocks_in_flight}" if self.blocks_in_flight > 1 else ""
         in_flight += f"_s{self.max_stages}" if self.max_stages != 8 else ""
-        return (f"qgemm_w8a8_gemm_sm90_s8s8_{self.output}_{scheme}_b{self.block_size}"
+        return (f"qgemm_w8a8_gemm_sm90_{self.operand}{self.operand}_{self.output}_{scheme}_b{self.block_size}"
                 f"_{tm}x{tn}x{self.TILE_K}_c{cm}x{cn}_{self.schedule}{alternate}{in_flight}_{self.scheduler}{swap}"
                 f"{epilogue}")
 

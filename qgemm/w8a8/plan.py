@@ -415,6 +415,10 @@ class W8A8GemmPlan(Plan):
         offsets = (None, None) if xq.offset is None else (xq.offset.data_ptr(), xq.qsum.data_ptr())
         self._launch_sm90(xq.q.data_ptr(), xq.scale.data_ptr(), *offsets, out, m, choice)
 
+    # The operand type of this plan's Sm90 kernels (W8A8Sm90Spec.operand): int8. A choice with FP8 operands
+    # would read the int8 codes as FP8; benchmarks/diag_fp8_promote.py's subclass runs FP8 data that way.
+    _operand = "s8"
+
     def _launch_sm90(self, q: int, scale: int, offset, qsum, out: torch.Tensor, m: int, choice):
         if choice is None:
             kernel, launch, choice = self._cached(m, lambda: self._prepare_sm90(m, None))
@@ -439,10 +443,11 @@ class W8A8GemmPlan(Plan):
         if not isinstance(choice, heuristics.W8A8Sm90Choice):
             raise TypeError(f"choice must be a qgemm.heuristics.W8A8Sm90Choice, got {type(choice).__name__}")
         spec = choice.spec
-        wanted = (self.weight.block_size, self.scheme, self._output, self._epilogue)
-        if (spec.block_size, spec.scheme, spec.output, spec.epilogue) != wanted:
-            raise ValueError(f"choice.spec must have (block_size, scheme, output, epilogue) = {wanted} for this plan, "
-                             f"got {(spec.block_size, spec.scheme, spec.output, spec.epilogue)}")
+        wanted = (self.weight.block_size, self.scheme, self._output, self._epilogue, self._operand)
+        got = (spec.block_size, spec.scheme, spec.output, spec.epilogue, spec.operand)
+        if got != wanted:
+            raise ValueError(f"choice.spec must have (block_size, scheme, output, epilogue, operand) = {wanted} for "
+                             f"this plan, got {got}")
         kernel = get_kernel(spec, self.target_sm)
         launch = self._plan(kernel, self._problem, lambda p: self._fill_sm90(p, m, choice))
         return kernel, launch, choice
